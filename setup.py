@@ -1,0 +1,49 @@
+"""Install moe_bench. Every dependency is pinned here so a fresh machine gets the tested set.
+
+torch is pinned to the CPU build that lies on disk: an unpinned or ranged torch would pull a
+multi-GB CUDA build from the registry.
+"""
+from configparser import ConfigParser
+from setuptools import find_packages, setup
+
+cfg = ConfigParser(delimiters=["="])
+cfg.read("settings.ini", encoding="utf-8")
+meta = cfg["DEFAULT"]
+
+requirements = [
+    "torch==2.13.0",
+    "transformers==5.23.0",
+    "torchtitan==0.3.0",
+    "triton==3.9.0",  # torchtitan's MoE imports it; the CPU torch build does not ship it
+    "safetensors==0.8.0",
+    "matplotlib==3.11.2",
+    "pandas==3.1.1",
+    "papermill==2.7.0",
+    "jupyterlab==4.6.6",
+    "nbconvert==7.17.2",
+    "ipykernel==7.4.0",
+    "tqdm==4.70.1",
+    # nbdev 2 is the last line that reads settings.ini; newer execnb/fastcore break it.
+    "nbdev==2.4.14",
+    "execnb==0.1.18",
+    "fastcore==1.14.5",
+]
+dev_requirements = ["pytest==9.2.0"]
+
+setup(
+    name=meta["lib_name"],
+    version=meta["version"],
+    description=meta["description"],
+    author=meta["author"],
+    license="Apache-2.0",
+    python_requires=">=" + meta["min_python"],
+    packages=find_packages(include=["moe_bench", "moe_bench.*"]),
+    package_data={"moe_bench": ["templates/*/*"]},
+    include_package_data=True,
+    install_requires=requirements,
+    extras_require={"dev": dev_requirements},
+    entry_points={
+        "console_scripts": ["moe-bench=moe_bench.runner:main"],
+        "nbdev": [f"{meta['lib_path']}={meta['lib_path']}._modidx:d"],
+    },
+)

@@ -1,0 +1,15 @@
+"""Shared test setup: every test writes reports into a temporary root, never into the committed reports/."""
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def reports_tmp(tmp_path, monkeypatch):
+    "Point $MOE_BENCH_REPORTS at a fresh folder for each test."
+    root = tmp_path / "reports"
+    monkeypatch.setenv("MOE_BENCH_REPORTS", str(root))
+    return root

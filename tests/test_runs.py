@@ -1,0 +1,62 @@
+"""The main job end to end: the console script, plain papermill, and bad input answered clearly."""
+import json
+import re
+import subprocess
+import sys
+
+import papermill
+import pytest
+
+from conftest import REPO
+
+
+def _record(root, model, phase):
+    return json.loads((root / model / f"{phase}.json").read_text())
+
+
+def test_moe_bench_run_qwen3_moe(reports_tmp):
+    proc = subprocess.run(["moe-bench", "run", "qwen3_moe", "--no-progress"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for phase in ("probe", "config", "equivalence"):
+        rec = _record(reports_tmp, "qwen3_moe", phase)
+        assert rec["status"] == "PASS", (phase, rec.get("error"))
+        assert {"model", "phase", "status", "versions", "time_utc"} <= set(rec)
+        html = (reports_tmp / "qwen3_moe" / f"{phase}.html").read_text()
+        # opens offline: no script, stylesheet or image fetched from the network
+        assert not re.search(r"""<(script|link|img)[^>]+(src|href)=["']https?://""", html)
+        assert "import " not in html.split("<body", 1)[1]  # code is hidden
+    eq = _record(reports_tmp, "qwen3_moe", "equivalence")
+    assert eq["metrics"]["bfloat16"]["kl"] < 1e-6
+    assert (eq["roundtrip"]["max_diff"], eq["roundtrip"]["missing"], eq["roundtrip"]["unexpected"]) == (0.0, [], [])
+    assert eq["negative_control"]["caught"]
+    assert eq["config"]["full"]["hidden_size"] == 2048
+
+
+def test_plain_papermill(tmp_path, reports_tmp):
+    out = tmp_path / "out.ipynb"
+    papermill.execute_notebook(str(REPO / "nbs" / "03_equivalence.ipynb"), str(out),
+                               parameters={"model": "qwen3_moe"}, kernel_name="python3",
+                               cwd=str(REPO / "nbs"), progress_bar=False)
+    assert _record(reports_tmp, "qwen3_moe", "equivalence")["status"] == "PASS"
+
+
+def test_plain_papermill_refuses_undeclared_parameter(tmp_path, reports_tmp):
+    with pytest.raises(papermill.PapermillExecutionError, match="UndeclaredParameterError"):
+        papermill.execute_notebook(str(REPO / "nbs" / "01_probe.ipynb"), str(tmp_path / "o.ipynb"),
+                                   parameters={"modle": "qwen3_moe"}, kernel_name="python3",
+                                   cwd=str(REPO / "nbs"), progress_bar=False)
+    assert not (reports_tmp / "qwen3_moe" / "probe.json").exists()  # refused before the phase ran
+
+
+def test_unknown_model_names_the_known_ones():
+    proc = subprocess.run(["moe-bench", "run", "qwen9_moe"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "qwen3_moe" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_model_without_moe_is_a_status(reports_tmp):
+    proc = subprocess.run(["moe-bench", "run", "llama", "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "NO_MOE" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+    rec = _record(reports_tmp, "llama", "probe")
+    assert rec["status"] == "NO_MOE" and "no decoder layer" in rec["reason"]
+    assert not (reports_tmp / "llama" / "equivalence.json").exists()

@@ -17,7 +17,7 @@ def _record(root, model, phase):
 def test_moe_bench_run_qwen3_moe(reports_tmp):
     proc = subprocess.run(["moe-bench", "run", "qwen3_moe", "--no-progress"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for phase in ("probe", "config", "equivalence"):
+    for phase in ("probe", "config", "equivalence", "gap_analysis"):
         rec = _record(reports_tmp, "qwen3_moe", phase)
         assert rec["status"] == "PASS", (phase, rec.get("error"))
         assert {"model", "phase", "status", "versions", "time_utc"} <= set(rec)
@@ -30,6 +30,10 @@ def test_moe_bench_run_qwen3_moe(reports_tmp):
     assert (eq["roundtrip"]["max_diff"], eq["roundtrip"]["missing"], eq["roundtrip"]["unexpected"]) == (0.0, [], [])
     assert eq["negative_control"]["caught"]
     assert eq["config"]["full"]["hidden_size"] == 2048
+    gap = _record(reports_tmp, "qwen3_moe", "gap_analysis")
+    assert all(t[-1]["max_diff"] == 0.0 for t in gap["tables"].values()) and gap["torchtitan_sha256"]["unchanged"]
+    html = (reports_tmp / "qwen3_moe" / "gap_analysis.html").read_text()
+    assert html.count("data:image/png;base64") >= 2  # the plots are embedded, not linked
 
 
 def test_plain_papermill(tmp_path, reports_tmp):

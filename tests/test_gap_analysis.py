@@ -69,7 +69,7 @@ def test_first_divergence_names_the_perturbed_stage(qwen_bf16, module, hook, sta
 
 
 @contextmanager
-def _raising_patch(titan):
+def _raising_patch(titan, probe=None):
     with PATCHES[1].context(titan):  # holds a real class patch while it fails
         raise RuntimeError("a patch that crashes")
         yield

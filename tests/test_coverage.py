@@ -28,7 +28,7 @@ KNOWN_GAPS = {
     "inkling_text": "ERROR: router layout not understood",
     "jetmoe": "NO_MOE: experts under an attribute the probe does not recognise yet",
     "kolibri1": "FAIL: routing differs (unexplained)",
-    "llama4": "ERROR: router/experts dtype handling",
+    "llama4": "ERROR: its router scores multiply the expert inputs (Titan scales outputs), and the float32 gate breaks its bmm",
     "longcat_flash": "ERROR: zero experts not handled",
     "muse_spark": "ERROR: expert layout not understood",
     "openai_privacy_filter": "ERROR: no SDPA and not a causal LM",

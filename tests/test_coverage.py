@@ -34,7 +34,6 @@ KNOWN_GAPS = {
     "openai_privacy_filter": "ERROR: no SDPA and not a causal LM",
     "qwen4_exp": "ERROR: default config does not build",
     "step3p7": "FAIL: combine differs after all patches (unexplained)",
-    "zaya": "ERROR: family accepts only top-1 routing; the Phase 2 rule sets top-2",
 }
 
 CANDIDATES = moe_model_candidates()

@@ -18,11 +18,8 @@ from conftest import REPO
 KNOWN_GAPS = {
     "beam": "FAIL: expert down projection differs after all patches (unexplained)",
     "dbrx": "ERROR: default config does not build (attention config lacks rope_theta)",
-    "diffusion_gemma": "ERROR: default text config does not build",
-    "diffusion_gemma": "NO_MOE: its default text config enables no MoE layer (experts count unset)",
     "dots3_note": "ERROR: synthetic config fails the family's own validation",
     "ernie4_5_vl_moe": "ERROR: synthetic config does not build",
-    "gemma4": "NO_MOE: layer-level MoE (router and experts beside the dense MLP) not probed yet",
     "glm5_next": "ERROR: synthetic config fails the family's own validation",
     "granitemoehybrid": "ERROR: synthetic config fails the family's own validation",
     "inkling_text": "ERROR: router layout not understood",

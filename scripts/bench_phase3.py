@@ -17,10 +17,9 @@ warnings.filterwarnings("ignore")
 
 import torch
 
-from moe_bench.adapter import state_dict_diff
 from moe_bench.equivalence import compare_moe_block, synthetic_moe_block
 from moe_bench.hf import NoMoEError
-from moe_bench.replacement import build_titan_moe, export_titan_moe
+from moe_bench.replacement import titan_roundtrip
 from moe_bench.synth import synthetic_config
 
 NINE = ("qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "glm_moe_dsa", "gemma4_text")
@@ -36,7 +35,7 @@ def bench(model: str) -> str:
         syn, _, _ = synthetic_config(model)
         block, probe, _ = synthetic_moe_block(syn)
         if probe.issues: return f"{model:<14} BLOCKED: {'; '.join(probe.issues)}"
-        rt = state_dict_diff(block.state_dict(), export_titan_moe(build_titan_moe(block, probe), probe))
+        rt = titan_roundtrip(block, probe)
         res = {str(dt).removeprefix("torch."): compare_moe_block(block, probe, dt) for dt in (torch.bfloat16, torch.float32)}
         figures = "  ".join(f"{dt} {r['status']} kl={r['kl']:.2e}" for dt, r in res.items())
         line = (f"{model:<14} H={probe.hidden_size:<5} I={probe.moe_intermediate_size:<5} {figures}  roundtrip {rt['status']}"

@@ -1,5 +1,4 @@
 """Shared test setup: every test writes reports into a temporary root, never into the committed reports/."""
-import os
 from pathlib import Path
 
 import pytest

@@ -4,8 +4,7 @@ import torch
 
 from moe_bench.adapter import TITAN_EXPERTS, TITAN_ROUTER
 from moe_bench.equivalence import compare_moe_block, swap_gate_up, synthetic_moe_block
-from moe_bench.replacement import build_titan_moe, export_titan_moe
-from moe_bench.adapter import state_dict_diff
+from moe_bench.replacement import titan_roundtrip
 from moe_bench.synth import synthetic_config
 
 
@@ -23,7 +22,7 @@ def test_bfloat16_passes(qwen_block):
 
 def test_roundtrip_is_exact(qwen_block):
     block, probe = qwen_block
-    diff = state_dict_diff(block.state_dict(), export_titan_moe(build_titan_moe(block, probe), probe))
+    diff = titan_roundtrip(block, probe)
     assert (diff["status"], diff["max_diff"], diff["missing"], diff["unexpected"]) == ("PASS", 0.0, [], [])
 
 

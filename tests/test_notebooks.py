@@ -1,7 +1,4 @@
 """Every nbdev notebook runs top to bottom with its own tests (in-process, as `nbdev_test` runs them)."""
-import os
-from pathlib import Path
-
 import nbdev.test as nbt
 import pytest
 

@@ -2,7 +2,6 @@
 import json
 import re
 import subprocess
-import sys
 
 import papermill
 import pytest

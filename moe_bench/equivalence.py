@@ -15,6 +15,7 @@ from torch import nn
 
 from .adapter import TITAN_EXPERTS
 from .core import phase_record, randomize_, refuse_undeclared_parameters, save_record, worst_status
+from .extensions import Extension, applicable_extensions
 from .hf import NoMoEError, decoder_layers, meta_model, moe_block, moe_layer_indices
 from .moe_probe import MoEProbe, probe_moe_block
 from .replacement import build_titan_moe, titan_roundtrip
@@ -23,7 +24,7 @@ from .synth import synthetic_config
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'DTYPES', 'verdict', 'output_metrics', 'hf_router_gate_float32', 'capture_topk_ids',
            'routing_agreement', 'synthetic_moe_block', 'moe_input', 'compare_moe_block', 'swap_gate_up',
-           'equivalence_phase']
+           'extension_check', 'with_extension', 'equivalence_phase']
 
 # %% ../nbs/03_equivalence.ipynb #5df969ef
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -105,12 +106,15 @@ def moe_input(hidden_size: int, dtype: torch.dtype, seed: int = 0, batch: int = 
 
 # %% ../nbs/03_equivalence.ipynb #dd037602
 def compare_moe_block(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed: int = 0,
-                      titan_transform: Callable[[dict], dict] | None = None) -> dict:
+                      titan_transform: Callable[[dict], dict] | None = None, # rewrites Titan's state dict (negative controls)
+                      extension: Extension | None = None, # a moe_bench extension installed in the built Titan MoE
+                     ) -> dict:
     "Figures and verdict of HF's block against Titan's `MoE` in `dtype` on one seeded input."
     hf = hf_block if next(hf_block.parameters()).dtype == dtype else copy.deepcopy(hf_block).to(dtype)  # no copy when it already fits
     titan = build_titan_moe(hf, probe)
     if titan_transform is not None:
         titan.load_state_dict(titan_transform(dict(titan.state_dict())), strict=True)
+    if extension is not None: extension.install(titan)
     x_BLD = moe_input(probe.hidden_size, dtype, seed)
     router = getattr(hf, probe.router_attr)
     with torch.no_grad(), hf_router_gate_float32(router), capture_topk_ids(router, titan.router) as ids:
@@ -132,6 +136,21 @@ def swap_gate_up(titan_sd: dict) -> dict:
 # %% ../nbs/03_equivalence.ipynb #04779049
 DTYPES = (torch.bfloat16, torch.float32)
 
+def extension_check(hf_block: nn.Module, probe: MoEProbe, seed: int = 0) -> list[dict]:
+    "bfloat16 verdict with each applicable moe_bench extension, and whether the gate/up swap control still fails with it."
+    out = []
+    for ext in applicable_extensions(probe):
+        r = compare_moe_block(hf_block, probe, torch.bfloat16, seed, extension=ext)
+        control = compare_moe_block(hf_block, probe, torch.bfloat16, seed, titan_transform=swap_gate_up, extension=ext)
+        out.append(dict(name=ext.name, core_change=ext.core_change, status=r["status"], kl=r["kl"], max_diff=r["max_diff"],
+                        negative_control_caught=control["status"] == "FAIL"))
+    return out
+
+def with_extension(core_status: str, extensions: list[dict]) -> str | None:
+    "`PASS with extension <name>` where the core alone falls short and an extension passes with its control caught."
+    ok = [e["name"] for e in extensions if e["status"] == "PASS" and e["negative_control_caught"]]
+    return f"PASS with extension {ok[0]}" if core_status != "PASS" and ok else None
+
 def equivalence_phase(model: str, seed: int = 0) -> dict:
     "Phase 3 record for `model`."
     try: syn, overrides, real = synthetic_config(model)
@@ -148,6 +167,8 @@ def equivalence_phase(model: str, seed: int = 0) -> dict:
     negative = dict(mapping="experts' gate and up projections swapped", status=control["status"],
                     kl=control["kl"], max_diff=control["max_diff"], caught=control["status"] == "FAIL")
     status = worst_status(metrics["bfloat16"]["status"], roundtrip["status"], "PASS" if negative["caught"] else "FAIL")
+    extensions = extension_check(hf_block, probe, seed) if status != "PASS" and roundtrip["status"] == "PASS" else []
     return phase_record(model, "equivalence", status, status_float32=metrics["float32"]["status"],
+                        status_with_extension=with_extension(status, extensions), extensions=extensions,
                         router_gate="float32 on both sides", metrics=metrics, roundtrip=roundtrip,
                         negative_control=negative, thresholds=dict(pass_kl=PASS_KL, warn_kl=WARN_KL), **base)

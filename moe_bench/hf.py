@@ -17,10 +17,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 # %% auto #0
-__all__ = ['PRODUCTION_CONFIGS', 'FINAL_NORM_NAMES', 'EMBEDDING_NAMES', 'ROUTER_NAMES', 'LAYER_LEVEL', 'MOE_LAYER_MECHANISMS',
-           'UnknownModelError', 'known_models', 'text_config', 'real_config', 'meta_model', 'decoder', 'decoder_layers',
-           'final_norm', 'embeddings', 'router_name', 'is_moe_block', 'moe_attr_name', 'moe_block', 'NoMoEError',
-           'moe_layer_indices', 'moe_layer_mechanism']
+__all__ = ['PRODUCTION_CONFIGS', 'FINAL_NORM_NAMES', 'EMBEDDING_NAMES', 'LAYER_LIST_NAMES', 'ROUTER_NAMES', 'LAYER_LEVEL',
+           'MOE_LAYER_MECHANISMS', 'UnknownModelError', 'known_models', 'text_config', 'real_config', 'meta_model',
+           'decoder', 'decoder_layers', 'final_norm', 'embeddings', 'router_name', 'is_moe_block', 'moe_attr_name',
+           'moe_block', 'NoMoEError', 'moe_layer_indices', 'moe_layer_mechanism']
 
 # %% ../nbs/00a_hf.ipynb #88d36f4b
 PRODUCTION_CONFIGS: dict[str, dict] = {
@@ -60,6 +60,14 @@ PRODUCTION_CONFIGS: dict[str, dict] = {
                     num_experts_per_tok=6, first_k_dense_replace=1, norm_topk_prob=False, topk_method="greedy",
                     q_lora_rank=None, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
                     vocab_size=102400),
+    ),
+    "dbrx": dict(
+        source="databricks/dbrx-base, config.json",
+        values=dict(d_model=6144, n_heads=48, n_layers=40, max_seq_len=32768, vocab_size=100352,
+                    rope_parameters=dict(rope_type="default", rope_theta=500000.0),
+                    # DbrxAttention reads `attn_config.rope_theta`, which DbrxAttentionConfig's defaults lack
+                    attn_config=dict(clip_qkv=8, kv_n_heads=8, rope_theta=500000.0),
+                    ffn_config=dict(ffn_hidden_size=10752, moe_num_experts=16, moe_top_k=4)),
     ),
     "olmoe": dict(
         source="allenai/OLMoE-1B-7B-0924, config.json",
@@ -101,13 +109,17 @@ def real_config(model: str, # model type (`qwen3_moe`) or a local folder holding
 def meta_model(config: PretrainedConfig) -> nn.Module:
     "The causal-LM model of `config` (or its bare decoder, for a text config with no LM head class), on the meta device."
     with torch.device("meta"):
-        try: return AutoModelForCausalLM.from_config(config)
+        try: return _instantiate(config)
         except ValueError as e:
-            if "attention implementation" in str(e):  # e.g. no SDPA for this family: fall back to eager
-                config._attn_implementation = "eager"
-                return meta_model(config)
-            if "Unrecognized configuration class" not in str(e): raise
-            return _text_model_class(config)(config)
+            if "attention implementation" not in str(e) or config._attn_implementation == "eager": raise
+            config._attn_implementation = "eager"  # no SDPA for this family: fall back to eager
+            return _instantiate(config)
+
+def _instantiate(config: PretrainedConfig) -> nn.Module:
+    try: return AutoModelForCausalLM.from_config(config)
+    except ValueError as e:
+        if "Unrecognized configuration class" not in str(e): raise
+        return _text_model_class(config)(config)
 
 def _text_model_class(config: PretrainedConfig) -> type:
     "The model class of the family's own module declared for this (text) config, for configs no Auto class maps."
@@ -122,16 +134,17 @@ def _text_model_class(config: PretrainedConfig) -> type:
 # %% ../nbs/00a_hf.ipynb #6a36d11a
 FINAL_NORM_NAMES = ("norm", "final_layernorm", "ln_f", "norm_f")
 EMBEDDING_NAMES = ("embed_tokens", "wte", "word_embeddings")
+LAYER_LIST_NAMES = ("layers", "blocks")
 
 def decoder(model: nn.Module) -> nn.Module:
     "The text decoder inside a causal-LM wrapper (`model.model`, or its `language_model`), or the model itself."
-    inner = getattr(model, "model", model)
+    inner = next((getattr(model, n) for n in ("model", "transformer") if isinstance(getattr(model, n, None), nn.Module)), model)  # dbrx: transformer.blocks
     inner = getattr(inner, "language_model", inner)
-    return inner if hasattr(inner, "layers") else model
+    return inner if any(hasattr(inner, n) for n in LAYER_LIST_NAMES) else model
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     "The decoder's layer list."
-    return decoder(model).layers
+    return _first_attr(decoder(model), LAYER_LIST_NAMES, "layer list")
 
 def _first_attr(module: nn.Module, names: tuple[str, ...], what: str) -> nn.Module:
     for name in names:
@@ -155,7 +168,10 @@ def router_name(block: nn.Module) -> str | None:
 
 def is_moe_block(module: nn.Module) -> bool:
     "Whether `module` is a sparse MoE block: experts plus a router."
-    return isinstance(getattr(module, "experts", None), nn.Module) and router_name(module) is not None
+    if router_name(module) is None: return False
+    if isinstance(getattr(module, "experts", None), nn.Module): return True
+    # expert tensors under other names (jetmoe): a child holding a 3-D (E, ., .) parameter beside the router
+    return any(p.ndim == 3 for n, c in module.named_children() if n not in ROUTER_NAMES for p in c.parameters(recurse=False))
 
 LAYER_LEVEL = ""  # the "attribute" of a layer-level MoE: the router and experts sit on the layer itself
 

@@ -112,20 +112,29 @@ def _activation_name(act) -> str:
 
 def probe_experts(experts: nn.Module, hidden_size: int) -> dict:
     "Format, layout, intermediate size and bias of a block's experts."
+    if experts is None:  # a router with expert tensors under other names (jetmoe's input_linear/output_linear)
+        return dict(experts_format="unknown", expert_layout="n/a", moe_intermediate_size=0, num_experts=0)
     if isinstance(experts, nn.ModuleList):
         return dict(experts_format="module_list", expert_layout="n/a", moe_intermediate_size=0,
                     num_experts=len(experts))
+    if len(inspect.signature(experts.forward).parameters) == 1 and isinstance(getattr(experts, "gate_up_proj", None), torch.Tensor):
+        # llama4: the experts take tokens already dispatched and scaled by the block (scores multiply the expert inputs)
+        return dict(experts_format="pre_dispatched", expert_layout="n/a", moe_intermediate_size=0,
+                    num_experts=experts.gate_up_proj.shape[0])
     gate_up = getattr(experts, "gate_up_proj", None)
     if gate_up is None or gate_up.ndim != 3:
         up = getattr(experts, "up_proj", None)
         return dict(experts_format="non_gated" if isinstance(up, torch.Tensor) and up.ndim == 3 else "unknown",
                     expert_layout="n/a", moe_intermediate_size=0, num_experts=(up.shape[0] if isinstance(up, torch.Tensor) else 0))
     E = gate_up.shape[0]
+    down = getattr(experts, "down_proj", None)
+    if isinstance(down, torch.Tensor) and down.shape[0] != E:  # longcat_flash: the extra gate_up rows are identity experts
+        return dict(experts_format="zero_experts", expert_layout="n/a", moe_intermediate_size=0, num_experts=E)
     # HF's experts decorator records the layout; the axis equal to the hidden size tells it otherwise
     transposed = getattr(experts, "is_transposed", None)
     if transposed is None: transposed = gate_up.shape[1] == hidden_size and gate_up.shape[2] != hidden_size
-    if gate_up.shape[1 if transposed else 2] != hidden_size:
-        raise ValueError(f"gate_up_proj {tuple(gate_up.shape)} has no axis of hidden size {hidden_size}")
+    if gate_up.shape[1 if transposed else 2] != hidden_size:  # muse_spark: projected in and out around the experts
+        return dict(experts_format="own_width", expert_layout="n/a", moe_intermediate_size=0, num_experts=E)
     layout, two_I = ("transposed", gate_up.shape[2]) if transposed else ("standard", gate_up.shape[1])
     act = getattr(experts, "act_fn", None)
     return dict(experts_format="fused", expert_layout=layout, moe_intermediate_size=two_I // 2, num_experts=E,
@@ -142,8 +151,12 @@ def probe_shared_experts(block: nn.Module) -> dict:
     if attr is None: return dict(shared_experts="none")
     shared = getattr(block, attr)
     gate_attr = next((n for n in SHARED_GATE_NAMES if isinstance(getattr(block, n, None), nn.Module)), None)
+    down = shared.down_proj
+    if not isinstance(down, nn.Linear):  # inkling: (n, H, I) stacked shared experts, weighted per token by the router
+        return dict(shared_experts="stacked", shared_attr=attr, shared_gate_attr=gate_attr,
+                    shared_intermediate_size=down.shape[-1] if isinstance(down, torch.Tensor) else None)
     return dict(shared_experts="sigmoid-gated" if gate_attr else "additive", shared_attr=attr,
-                shared_gate_attr=gate_attr, shared_intermediate_size=shared.down_proj.weight.shape[1])
+                shared_gate_attr=gate_attr, shared_intermediate_size=down.weight.shape[1])
 
 # %% ../nbs/00b_moe_probe.ipynb #74e309b8
 TITAN_SCORE_FUNCS = ("softmax", "sigmoid")
@@ -187,7 +200,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
     if r_attr is None: raise ValueError(f"{type(block).__name__} has no router (gate/router)")
     router = getattr(block, r_attr)
     hidden = _cfg(config, "hidden_size")
-    experts = probe_experts(block.experts, hidden)
+    experts = probe_experts(getattr(block, "experts", None), hidden)
     weight_key, bias_key, num_experts = router_weight_key(router, r_attr, hidden)
     top_k = _first(getattr(router, "top_k", None), getattr(block, "top_k", None),
                    _cfg(config, "num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k_experts"))
@@ -247,10 +260,21 @@ def titan_blockers(probe: MoEProbe) -> list[str]:
     if probe.experts_format == "non_gated":
         out.append("non-gated experts (up_proj, act, down_proj): GroupedExperts needs a non-gated variant (no w3)")
     if probe.experts_format == "unknown":
-        out.append("experts hold no gate_up_proj/up_proj 3-D tensors: unknown expert layout")
+        out.append("experts hold no gate_up_proj/up_proj 3-D tensors under `experts`: unknown expert layout "
+                   "(needs an HF-side fused experts module, or an adapter rule for this layout)")
+    if probe.experts_format == "pre_dispatched":
+        out.append("the block multiplies the expert inputs by the routing scores and the experts take pre-dispatched "
+                   "tokens: MoE needs a score-before-experts option (scores applied to inputs, combine with weight 1)")
+    if probe.experts_format == "own_width":
+        out.append("experts work in their own width between projections and norms around them: MoE needs expert "
+                   "input/output projections and norms")
+    if probe.shared_experts == "stacked":
+        out.append("stacked shared experts weighted per token by the router: MoE's shared experts take no router weights")
     if probe.score_func not in TITAN_SCORE_FUNCS:
         out.append(f"score function {probe.score_func!r}: TokenChoiceTopKRouter supports only softmax/sigmoid")
-    if probe.activation not in TITAN_ACTIVATIONS:
+    if probe.experts_format == "zero_experts":
+        out.append("zero-compute (identity) experts beside the routed ones: the token dispatcher needs identity experts")
+    if probe.experts_format == "fused" and probe.activation not in TITAN_ACTIVATIONS:
         out.append(f"expert activation {probe.activation!r}: GroupedExperts hard-codes SiLU-gated experts")
     if probe.expert_bias:
         out.append("per-expert biases: GroupedExperts has no expert bias terms")

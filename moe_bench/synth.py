@@ -8,7 +8,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from .core import phase_record, refuse_undeclared_parameters, save_record
-from .hf import NoMoEError, meta_model, moe_layer_indices, real_config
+from .hf import NoMoEError, decoder_layers, meta_model, moe_layer_indices, real_config
 
 # %% auto #0
 __all__ = ['SYNTHETIC_EXPERTS', 'SYNTHETIC_TOP_K', 'EXPERT_COUNT_FIELDS', 'TOP_K_FIELDS', 'GROUP_FIELDS', 'FIXED_FIELDS',
@@ -19,7 +19,7 @@ __all__ = ['SYNTHETIC_EXPERTS', 'SYNTHETIC_TOP_K', 'EXPERT_COUNT_FIELDS', 'TOP_K
 # %% ../nbs/02_config.ipynb #0a619736
 SYNTHETIC_EXPERTS, SYNTHETIC_TOP_K = 8, 2
 EXPERT_COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k_experts")
+TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_top_k", "top_k_experts")
 GROUP_FIELDS = ("n_group", "num_expert_group")
 FIXED_FIELDS = dict(vocab_size=256, max_position_embeddings=64, use_cache=False)
 MOE_LAYER_FIELDS = dict(first_k_dense_replace=0, decoder_sparse_step=1, mlp_only_layers=[])
@@ -30,6 +30,8 @@ SYNTHETIC_HEADS = 4
 # Where a family's own config validation forbids a rule, the family wins, recorded here with its reason.
 FAMILY_OVERRIDES: dict[str, tuple[dict, str]] = {
     "zaya": (dict(num_experts_per_tok=1), "ZayaConfig accepts only top-1 routing"),
+    "dbrx": (dict(attn_config=dict(clip_qkv=8, kv_n_heads=2, rope_theta=500000.0)),
+             "DbrxConfig keeps its key/value heads (and the rope_theta its attention reads) in attn_config"),
 }
 
 def _fits(hidden: int, want: int) -> int:
@@ -76,6 +78,13 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
         if d.get(field) is not None:
             groups = min(d[field], SYNTHETIC_EXPERTS // 2)
             out |= {field: groups, "topk_group": min(d.get("topk_group") or 1, groups)}
+    for name in getattr(type(real), "sub_configs", {}):  # MoE fields kept in a sub-config (dbrx's `ffn_config`)
+        sub = d.get(name)
+        if not isinstance(sub, dict): continue
+        nested = {k: SYNTHETIC_EXPERTS for k in EXPERT_COUNT_FIELDS if k in sub} | {k: SYNTHETIC_TOP_K for k in TOP_K_FIELDS if k in sub}
+        if small: nested |= {k: SMALL_INTERMEDIATE for k in sub if k.endswith(("intermediate_size", "ffn_hidden_size"))}
+        nested |= {k: out[k] for k in sub if k in out}  # a sub-config's copy of an overridden field (its hidden_size) follows it
+        if nested: out[name] = {**sub, **nested}
     out |= FAMILY_OVERRIDES.get(real.model_type, ({}, ""))[0]
     for k, v in d.items():  # other per-layer lists follow the layer count
         if isinstance(v, list) and len(v) == real.num_hidden_layers and k not in out:
@@ -83,7 +92,8 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
     return out
 
 def _build(real: PretrainedConfig, overrides: dict) -> PretrainedConfig:
-    cfg = type(real).from_dict({**real.to_dict(), **overrides})
+    aliases = getattr(type(real), "attribute_map", {})  # dbrx: hidden_size is d_model; set the stored field itself
+    cfg = type(real).from_dict({**real.to_dict(), **{aliases.get(k, k): v for k, v in overrides.items()}})
     cfg._attn_implementation = "sdpa"  # meta_model falls back to eager where a family has no SDPA
     return cfg
 
@@ -91,9 +101,11 @@ def synthetic_config(model: str, small: bool = False) -> tuple[PretrainedConfig,
     "The test config of `model` (`small`: tiny widths for quick coverage runs), its overrides, and the real config."
     real, _ = real_config(model)
     probe_layers = min(real.num_hidden_layers, 4)
-    moe_layers = moe_layer_indices(meta_model(_build(real, synthetic_overrides(real, probe_layers, small))))
+    meta = meta_model(_build(real, synthetic_overrides(real, probe_layers, small)))
+    moe_layers = moe_layer_indices(meta)
     if not moe_layers: raise NoMoEError(f"{real.model_type}: no MoE layer within {probe_layers} layers after the Phase 2 rules")
-    overrides = synthetic_overrides(real, moe_layers[0] + 1, small)
+    per_layer = max(1, probe_layers // len(decoder_layers(meta)))  # longcat_flash counts two sublayers per decoder layer
+    overrides = synthetic_overrides(real, (moe_layers[0] + 1) * per_layer, small)
     return _build(real, overrides), overrides, real
 
 # %% ../nbs/02_config.ipynb #129194f5

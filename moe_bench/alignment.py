@@ -24,9 +24,9 @@ from torchtitan.ops.scatter_add import deterministic_scatter_add
 from .replacement import Float32Gate
 
 # %% auto #0
-__all__ = ['ALIGN', 'PATCHES', 'torchtitan_digest', 'patch_attr', 'f32_combine', 'token_order_combine', 'topk_sorted',
-           'router_gate_float32', 'experts_input_dtype', 'fused_gate_up', 'scale_on_output', 'softmax_over_topk',
-           'Patch', 'all_patches']
+__all__ = ['ALIGN', 'TITAN_ROUTE_NORM_EPS', 'PATCHES', 'torchtitan_digest', 'patch_attr', 'f32_combine', 'token_order_combine',
+           'topk_sorted', 'router_gate_float32', 'experts_input_dtype', 'fused_gate_up', 'activation_float32',
+           'scale_on_output', 'route_norm_epsilon', 'softmax_over_topk', 'Patch', 'all_patches']
 
 # %% ../nbs/03b_alignment.ipynb #f4e0b407
 def torchtitan_digest() -> str:
@@ -51,7 +51,7 @@ def patch_attr(owner, name: str, value):
 
 # %% ../nbs/03b_alignment.ipynb #8db49675
 ALIGN = dict(combine_f32=False, combine_token_order=False, experts_dtype="bfloat16", experts_fused_gate_up=False,
-             experts_hf_layout="standard")
+             experts_hf_layout="standard", experts_act_f32=False)
 
 @contextmanager
 def _switch(**values):
@@ -85,14 +85,20 @@ def _aligned_combine(self, routed_output_RD, metadata, x_TD):
     out_TD = deterministic_scatter_add(out_TD, metadata.token_indices_experts_sorted_N.reshape(-1, 1).expand(-1, dim), weighted_RD)
     return out_TD.to(x_TD.dtype)
 
+def _hf_sums_in_input_dtype(probe) -> bool:
+    "HF's eager experts loop index_adds into an input-dtype output, as torchtitan's own combine does."
+    return probe is not None and probe.combine_dtype != "float32"
+
 @contextmanager
 def f32_combine(titan=None, probe=None):
-    "Patch 1: accumulate the combine in float32."
+    "Patch 1: accumulate the combine in float32 (only where HF's kernel does)."
+    if _hf_sums_in_input_dtype(probe): yield; return
     with patch_attr(LocalTokenDispatcher, "combine", _aligned_combine), _switch(combine_f32=True): yield
 
 @contextmanager
 def token_order_combine(titan=None, probe=None):
-    "Patch 2: sum each token's top-k contributions in token order, as HF's reshape+sum does."
+    "Patch 2: sum each token's top-k contributions in token order, as HF's reshape+sum does (only where it does)."
+    if _hf_sums_in_input_dtype(probe): yield; return
     with patch_attr(LocalTokenDispatcher, "_local_reorder", _reorder_keeping_permutation), \
          patch_attr(LocalTokenDispatcher, "combine", _aligned_combine), \
          _switch(combine_f32=True, combine_token_order=True): yield
@@ -139,7 +145,7 @@ def _aligned_experts_forward(self, x_RD, num_tokens_per_expert_E):
     else:
         gate_RF = self._grouped_mm(A=x, B_t=operand(w1_EFD), offs=offsets_E)
         up_RF = self._grouped_mm(A=x, B_t=operand(w3_EFD), offs=offsets_E)
-    h_RF = F.silu(gate_RF) * up_RF
+    h_RF = (F.silu(gate_RF.float()) * up_RF.float()).to(gate_RF.dtype) if ALIGN["experts_act_f32"] else F.silu(gate_RF) * up_RF
     return self._grouped_mm(A=h_RF, B_t=operand(w2_EDF), offs=offsets_E).type_as(x_RD)
 
 @contextmanager
@@ -153,6 +159,12 @@ def fused_gate_up(titan=None, probe=None):
     layout = probe.expert_layout if probe is not None else "standard"
     with patch_attr(GroupedExperts, "forward", _aligned_experts_forward), \
          _switch(experts_fused_gate_up=True, experts_hf_layout=layout): yield
+
+@contextmanager
+def activation_float32(titan=None, probe=None):
+    "Patch: the experts evaluate silu(gate) * up in float32 and round it once, as HF's experts do (only where they do)."
+    if probe is None or probe.activation_dtype != "float32": yield; return
+    with patch_attr(GroupedExperts, "forward", _aligned_experts_forward), _switch(experts_act_f32=True): yield
 
 # %% ../nbs/03b_alignment.ipynb #d43d6fb9
 @contextmanager
@@ -171,6 +183,20 @@ def _softmax_over_topk_logits(self, x_BLD, expert_bias_E=None):
     logits_BLK, topk_expert_ids_BLK = torch.topk(logits_BLE, k=self.top_k, dim=-1)
     topk_scores_BLK = torch.softmax(logits_BLK.float(), dim=-1) * self.route_scale
     return topk_scores_BLK, topk_expert_ids_BLK, torch.softmax(logits_BLE.float(), dim=-1)
+
+TITAN_ROUTE_NORM_EPS = 1e-20  # TokenChoiceTopKRouter.forward: topk_scores / (topk_scores.sum(-1) + 1e-20)
+
+@contextmanager
+def route_norm_epsilon(titan, probe=None):
+    "Patch: the router renormalises with HF's constant on the top-k sum instead of torchtitan's 1e-20 (only where HF's differs)."
+    eps = getattr(probe, "route_norm_eps", None)
+    if eps is None or eps == TITAN_ROUTE_NORM_EPS or not titan.router.route_norm: yield; return
+    router, forward, scale = titan.router, titan.router.forward, titan.router.route_scale
+    def renormalised(x_BLD, expert_bias_E=None):  # torchtitan's forward without its normalisation and scale, then HF's
+        scores_BLK, ids_BLK, scores_BLE = forward(x_BLD, expert_bias_E)
+        return scores_BLK / (scores_BLK.sum(dim=-1, keepdim=True) + eps) * scale, ids_BLK, scores_BLE
+    with patch_attr(router, "route_norm", False), patch_attr(router, "route_scale", 1.0), patch_attr(router, "forward", renormalised):
+        yield
 
 @contextmanager
 def softmax_over_topk(titan, probe=None):
@@ -191,9 +217,11 @@ class Patch:
 
 PATCHES = (
     Patch("router gate f32", "router gate in float32 on CPU (autocast to float32 is a no-op there)", router_gate_float32),
-    Patch("f32 combine", "float32 accumulation in LocalTokenDispatcher.combine (known difference 1)", f32_combine),
+    Patch("f32 combine", "float32 accumulation in LocalTokenDispatcher.combine (known difference 1)", f32_combine,
+          lambda p, dt: p.combine_dtype == "float32", "HF kernels that sum in float32 (not an eager index_add_)"),
     Patch("token-order sum", "reshape+sum over top-k in token order instead of scatter_add (known difference 2)",
-          token_order_combine, lambda p, dt: p.top_k > 2, "top_k > 2: a sum of two terms is the same in either order"),
+          token_order_combine, lambda p, dt: p.top_k > 2 and p.combine_dtype == "float32",
+          "top_k > 2 and a float32 sum: a sum of two terms is the same in either order"),
     Patch("topk sorted", "router topk(sorted=True) as HF (known difference 3)", topk_sorted,
           lambda p, dt: p.top_k > 2, "top_k > 2: the normalisation sum of two scores is the same in either order"),
     Patch("experts in input dtype", "no bfloat16 cast inside GroupedExperts", experts_input_dtype,
@@ -202,7 +230,11 @@ PATCHES = (
           lambda p, dt: p.route_scale_on == "output" and p.route_scale != 1.0, "blocks that scale their output"),
     Patch("softmax over top-k", "router softmax over the top-k logits, as the HF router does", softmax_over_topk,
           lambda p, dt: "softmax over the top-k" in p.route_norm_source, "routers that take the softmax over the top-k logits"),
+    Patch("route-norm epsilon", "top-k renormalisation with HF's constant on the sum instead of 1e-20", route_norm_epsilon,
+          lambda p, dt: p.route_norm and p.route_norm_eps not in (None, TITAN_ROUTE_NORM_EPS), "routers adding another constant"),
     Patch("kernel align: fused gate-up", "gate and up from one grouped matmul on cat(w1, w3), as HF's kernel", fused_gate_up),
+    Patch("activation in f32", "silu(gate) * up in float32, rounded once, as HF's experts", activation_float32,
+          lambda p, dt: p.activation_dtype == "float32", "experts that evaluate the activation in float32"),
 )
 
 @contextmanager

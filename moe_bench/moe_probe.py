@@ -18,9 +18,10 @@ from .hf import router_name
 
 # %% auto #0
 __all__ = ['SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS', 'SCORE_BIAS_NAMES',
-           'ROUTE_SCALE_NAMES', 'MoEProbe', 'resolve_score_func', 'resolve_route_norm', 'probe_experts',
-           'probe_shared_experts', 'resolve_route_scale', 'router_weight_key', 'probe_moe_block',
-           'layer_level_blockers', 'titan_blockers', 'attention_kind']
+           'ROUTE_SCALE_NAMES', 'MoEProbe', 'resolve_score_func', 'resolve_route_norm', 'resolve_route_norm_eps',
+           'resolve_score_bias_on', 'resolve_experts_dtypes', 'probe_experts', 'probe_shared_experts',
+           'resolve_route_scale', 'router_weight_key', 'probe_moe_block', 'layer_level_blockers', 'titan_blockers',
+           'attention_kind']
 
 # %% ../nbs/00b_moe_probe.ipynb #1d083508
 @dataclass(kw_only=True)
@@ -35,6 +36,7 @@ class MoEProbe:
     route_norm_source: str = ""        # how route_norm was found
     route_scale: float = 1.0           # factor on the chosen scores
     route_scale_on: str = "weights"    # where HF applies it: "weights" or the block's "output" (same maths)
+    route_norm_eps: float | None = None  # what HF adds to the top-k sum it divides by (None: nothing)
     num_expert_groups: int | None = None
     num_limited_groups: int | None = None
     router_attr: str = "gate"          # block attribute holding the router
@@ -42,11 +44,14 @@ class MoEProbe:
     router_bias: str | None = None     # its bias's key, if any
     score_bias: str | None = None      # key of a score-correction bias, if any
     score_bias_shape: list[int] | None = None
+    score_bias_on: str = "scores"      # what HF adds the score bias to for top-k: the "scores" or the raw "logits"
     experts_attr: str = "experts"
     experts_format: str = "fused"      # "fused" 3-D tensors | "module_list"
     expert_layout: str = "standard"    # "standard" (E, 2I, H) | "transposed" (E, H, 2I)
     expert_bias: bool = False
     activation: str = "silu"
+    activation_dtype: str = "input"    # "float32" where HF's experts evaluate act(gate) * up in float32
+    combine_dtype: str = "float32"     # HF's sum over top-k: "float32" (kernels' reshape+sum) | "input" (eager index_add_)
     shared_experts: str = "none"       # "none" | "additive" | "sigmoid-gated"
     shared_attr: str | None = None
     shared_gate_attr: str | None = None
@@ -58,9 +63,9 @@ class MoEProbe:
 
 # %% ../nbs/00b_moe_probe.ipynb #dc9ada8e
 def _source(obj) -> str:
-    "Code of a module's `forward`, without docstrings or comments ('' where Python cannot show it)."
+    "Code of a module's `forward` (or of a function), without docstrings or comments ('' where Python cannot show it)."
     import ast, textwrap
-    try: tree = ast.parse(textwrap.dedent(inspect.getsource(type(obj).forward)))
+    try: tree = ast.parse(textwrap.dedent(inspect.getsource(obj if inspect.isfunction(obj) else type(obj).forward)))
     except (OSError, TypeError, SyntaxError): return ""
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -100,6 +105,22 @@ def resolve_route_norm(router: nn.Module, block: nn.Module, config) -> tuple[boo
         if -1 < i < j: return True, "code takes the softmax over the top-k logits (= softmax, then renormalise)"
     return False, "no flag, no renormalisation in the code"
 
+_NORM_EPS = re.compile(r"\.sum\(\s*(?:dim=)?-1[^)]*\)\s*\+\s*([0-9.]+(?:e-?[0-9]+)?)")
+
+def resolve_route_norm_eps(router: nn.Module, block: nn.Module) -> float | None:
+    "The constant the code adds to the top-k sum it divides by (None where it adds none)."
+    for src in (_source(router), _source(block)):
+        if m := _NORM_EPS.search(src): return float(m.group(1))
+    return None
+
+def resolve_score_bias_on(router: nn.Module, block: nn.Module, bias_key: str | None) -> str:
+    "`logits` where the code adds the score bias to the raw router logits for top-k, else `scores`."
+    if not bias_key: return "scores"
+    name = bias_key.rsplit(".", 1)[-1]
+    for src in (_source(router), _source(block)):
+        if m := re.search(rf"(\w+)\s*\+\s*(?:self\.)?{name}\b", src): return "logits" if "logit" in m.group(1) else "scores"
+    return "scores"
+
 def _cfg(config: PretrainedConfig, *names):
     return _first(*(getattr(config, n, None) for n in names))
 
@@ -109,6 +130,17 @@ def _activation_name(act) -> str:
     if act is None: return "unknown"
     name = act.__name__ if not isinstance(act, nn.Module) and hasattr(act, "__name__") else type(act).__name__
     return name.removesuffix("Activation").lower()
+
+_ACT_F32 = re.compile(r"act_fn\(\s*[\w.]+\.(float\(\)|to\(torch\.float32\))")
+
+def resolve_experts_dtypes(experts: nn.Module) -> dict:
+    "Where HF's experts leave the input dtype: act(gate) * up in float32, the sum over top-k in float32 or the input dtype."
+    decorated = hasattr(type(experts).forward, "__wrapped__")  # HF's experts decorator: the config names the kernel
+    kernel = (getattr(getattr(experts, "config", None), "_experts_implementation", None) or "eager") if decorated else "eager"
+    gate_code = _source(getattr(type(experts), "_apply_gate", None) or experts) + (_source(experts) if kernel == "eager" else "")
+    eager_sum = kernel == "eager" and "index_add_" in _source(experts) and "zeros_like(hidden_states" in _source(experts)
+    return dict(activation_dtype="float32" if _ACT_F32.search(gate_code) else "input",
+                combine_dtype="input" if eager_sum else "float32")  # grouped_mm/batched_mm: float32 reshape+sum
 
 def probe_experts(experts: nn.Module, hidden_size: int) -> dict:
     "Format, layout, intermediate size and bias of a block's experts."
@@ -139,7 +171,7 @@ def probe_experts(experts: nn.Module, hidden_size: int) -> dict:
     act = getattr(experts, "act_fn", None)
     return dict(experts_format="fused", expert_layout=layout, moe_intermediate_size=two_I // 2, num_experts=E,
                 expert_bias=getattr(experts, "gate_up_proj_bias", None) is not None,
-                activation=_activation_name(act))
+                activation=_activation_name(act), **resolve_experts_dtypes(experts))
 
 # %% ../nbs/00b_moe_probe.ipynb #ff44748e
 SHARED_EXPERT_NAMES = ("shared_expert", "shared_experts", "shared_mlp")
@@ -210,14 +242,16 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         hidden_size=hidden, num_experts=num_experts, top_k=int(top_k),
         moe_intermediate_size=experts["moe_intermediate_size"],
         score_func=resolve_score_func(router, block), route_norm=route_norm, route_norm_source=norm_source,
-        route_scale=scale, route_scale_on=scale_on,
+        route_scale=scale, route_scale_on=scale_on, route_norm_eps=resolve_route_norm_eps(router, block) if route_norm else None,
         num_expert_groups=_first(getattr(router, "num_group", None), _cfg(config, "n_group", "num_expert_group")),
         num_limited_groups=_first(getattr(router, "topk_group", None), _cfg(config, "topk_group")),
         router_attr=r_attr, router_weight=weight_key, router_bias=bias_key,
         score_bias=(bias := next((k for k in map(lambda n: _find_tensor(block, n), SCORE_BIAS_NAMES) if k), None)),
         score_bias_shape=list(_get_tensor(block, bias).shape) if bias else None,
+        score_bias_on=resolve_score_bias_on(router, block, bias),
         experts_format=experts["experts_format"], expert_layout=experts["expert_layout"],
         expert_bias=experts.get("expert_bias", False), activation=experts.get("activation", "unknown"),
+        activation_dtype=experts.get("activation_dtype", "input"), combine_dtype=experts.get("combine_dtype", "float32"),
         **probe_shared_experts(block))
     if experts["experts_format"] != "fused": probe.issues += titan_blockers(probe); return probe
     if probe.num_experts != experts["num_experts"]:
@@ -280,6 +314,9 @@ def titan_blockers(probe: MoEProbe) -> list[str]:
         out.append("per-expert biases: GroupedExperts has no expert bias terms")
     if probe.router_bias:
         out.append("router bias: make_router_config(bias=True) plus its key mapping")
+    if probe.score_bias_on == "logits":
+        out.append("score bias added to the raw router logits for top-k (weights from the unbiased scores): "
+                   "TokenChoiceTopKRouter adds expert_bias only after the score function; it needs an option to add it to the gate logits")
     return out
 
 # %% ../nbs/00b_moe_probe.ipynb #0a4b213a

@@ -205,7 +205,8 @@ def capture_titan(titan: nn.Module, x_BLD: torch.Tensor) -> dict:
     seen, calls = {}, []
     hooks = [titan.router.gate.register_forward_hook(lambda m, a, o: seen.__setitem__("logits", o)),
              titan.router.register_forward_hook(lambda m, a, o: seen.__setitem__("router", o)),
-             titan.routed_experts.register_forward_hook(lambda m, a, o: seen.__setitem__("combine", o))]
+             # prepend: the routed output before any patch's hook (a block-output scale) changes it, as HF's experts return it
+             titan.routed_experts.register_forward_hook(lambda m, a, o: seen.__setitem__("combine", o), prepend=True)]
     if titan.shared_experts is not None:
         hooks.append(titan.shared_experts.register_forward_hook(lambda m, a, o: seen.__setitem__("shared", o)))
     try:

@@ -16,15 +16,11 @@ from conftest import REPO
 # Model types whose differences are not yet explained, with what stops them. This list only shrinks: each
 # entry is a strict xfail, so a model that starts passing fails the suite until it is taken off the list.
 KNOWN_GAPS = {
-    "beam": "FAIL: expert down projection differs after all patches (unexplained)",
     "dots3_note": "ERROR: synthetic config fails the family's own validation",
     "ernie4_5_vl_moe": "ERROR: synthetic config does not build",
     "glm5_next": "ERROR: synthetic config fails the family's own validation",
     "granitemoehybrid": "ERROR: synthetic config fails the family's own validation",
-    "kolibri1": "FAIL: routing differs (unexplained)",
-    "lfm2_moe": "FAIL: top-k weights differ after all patches (unexplained)",
     "qwen4_exp": "ERROR: default config does not build",
-    "step3p7": "FAIL: combine differs after all patches (unexplained)",
 }
 
 CANDIDATES = moe_model_candidates()

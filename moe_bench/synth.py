@@ -65,7 +65,7 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
         out["per_layer_config"] = {k: v for k, v in d["per_layer_config"].items() if int(k) < num_layers}
     if small:
         out |= {k: SMALL_INTERMEDIATE for k, v in d.items() if k.endswith("intermediate_size") and (isinstance(v, int) or v is None)}
-        out |= {"hidden_size": SMALL_HIDDEN} | ({"head_dim": SMALL_HEAD_DIM} if d.get("head_dim") else {})
+        out |= {"hidden_size": SMALL_HIDDEN} | ({"head_dim": SMALL_HEAD_DIM} if d.get("head_dim") and d.get("kv_lora_rank") is None else {})
         out["initializer_range"] = 0.1  # random weights scaled so a 64-wide block's outputs are O(0.1), as at production width
     is_mla = d.get("kv_lora_rank") is not None
     heads = _fits(out.get("hidden_size", real.hidden_size), SYNTHETIC_HEADS)
@@ -73,6 +73,7 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
     if d.get("num_key_value_heads") is not None: out["num_key_value_heads"] = heads if is_mla else _fits(heads, 2)
     if "head_dim" in d and d["head_dim"] is None and not is_mla: out["head_dim"] = out.get("hidden_size", real.hidden_size) // heads
     if is_mla: out |= {k: v for k, v in MLA_FIELDS.items() if k in d and (k != "q_lora_rank" or d[k] is not None)}
+    if is_mla and d.get("head_dim"): out["head_dim"] = MLA_FIELDS["qk_rope_head_dim"]  # MLA's rotary embedding is sized by head_dim
     out |= {k: v for k, v in DSA_FIELDS.items() if k in d}
     for field in GROUP_FIELDS:
         if d.get(field) is not None:

@@ -12,9 +12,9 @@ from .hf import NoMoEError, decoder_layers, meta_model, moe_layer_indices, real_
 
 # %% auto #0
 __all__ = ['SYNTHETIC_EXPERTS', 'SYNTHETIC_TOP_K', 'EXPERT_COUNT_FIELDS', 'TOP_K_FIELDS', 'GROUP_FIELDS', 'FIXED_FIELDS',
-           'MOE_LAYER_FIELDS', 'MLA_FIELDS', 'DSA_FIELDS', 'SYNTHETIC_HEADS', 'FAMILY_OVERRIDES', 'SMALL_HIDDEN',
-           'SMALL_INTERMEDIATE', 'SMALL_HEAD_DIM', 'KEY_FIELDS', 'synthetic_overrides', 'synthetic_config',
-           'config_phase']
+           'MOE_LAYER_FIELDS', 'MLA_FIELDS', 'DSA_FIELDS', 'QSA_FIELDS', 'SYNTHETIC_HEADS', 'FAMILY_OVERRIDES',
+           'SMALL_HIDDEN', 'SMALL_INTERMEDIATE', 'SMALL_HEAD_DIM', 'KEY_FIELDS', 'synthetic_overrides',
+           'synthetic_config', 'config_phase']
 
 # %% ../nbs/02_config.ipynb #0a619736
 SYNTHETIC_EXPERTS, SYNTHETIC_TOP_K = 8, 2
@@ -24,7 +24,11 @@ GROUP_FIELDS = ("n_group", "num_expert_group")
 FIXED_FIELDS = dict(vocab_size=256, max_position_embeddings=64, use_cache=False)
 MOE_LAYER_FIELDS = dict(first_k_dense_replace=0, decoder_sparse_step=1, mlp_only_layers=[])
 MLA_FIELDS = dict(q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16)
-DSA_FIELDS = dict(index_n_heads=2, index_head_dim=8, index_topk=8)
+DSA_FIELDS = dict(index_n_heads=2, index_head_dim=8, index_topk=8, index_kpool=4)  # top-k: 2 pools of 4 positions
+# QSA indexer (DSA under other names): one key head as in DSA, budget = top-k, compress ratio = pool size;
+# its head dim follows the attention head (it carries the attention's rotary part)
+QSA_FIELDS = dict(indexer_n_heads=DSA_FIELDS["index_n_heads"], indexer_kv_heads=1, indexer_budget=DSA_FIELDS["index_topk"],
+                  indexer_compress_ratio=DSA_FIELDS["index_kpool"])
 SYNTHETIC_HEADS = 4
 
 # Where a family's own config validation forbids a rule, the family wins, recorded here with its reason.
@@ -32,6 +36,10 @@ FAMILY_OVERRIDES: dict[str, tuple[dict, str]] = {
     "zaya": (dict(num_experts_per_tok=1), "ZayaConfig accepts only top-1 routing"),
     "dbrx": (dict(attn_config=dict(clip_qkv=8, kv_n_heads=2, rope_theta=500000.0)),
              "DbrxConfig keeps its key/value heads (and the rope_theta its attention reads) in attn_config"),
+    "dots3_note_text": (dict(head_dim=MLA_FIELDS["qk_nope_head_dim"] + MLA_FIELDS["qk_rope_head_dim"]),
+                        "Dots3NoteTextConfig requires the sliding-window layers' head_dim to equal qk_nope_head_dim + qk_rope_head_dim"),
+    "ernie4_5_vl_moe_text": (dict(head_dim=128), "Ernie4_5_VLMoeText's rotary embedding splits each head into M-RoPE "
+                             "sections that default to [22, 22, 20] (not stored in the config), which fit only its production 128-wide head"),
 }
 
 def _fits(hidden: int, want: int) -> int:
@@ -61,10 +69,11 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
     if "layer_types" in d and d["layer_types"] is None: out["layer_types"] = ["full_attention"] * num_layers
     if "n_shared_experts" in d and d["n_shared_experts"] is None: out["n_shared_experts"] = 1
     if "enable_moe_block" in d: out["enable_moe_block"] = True  # families whose MoE is a switch
-    if isinstance(d.get("per_layer_config"), dict):
-        out["per_layer_config"] = {k: v for k, v in d["per_layer_config"].items() if int(k) < num_layers}
     if small:
         out |= {k: SMALL_INTERMEDIATE for k, v in d.items() if k.endswith("intermediate_size") and (isinstance(v, int) or v is None)}
+        out |= {k: [SMALL_INTERMEDIATE] * len(v) for k, v in d.items() if k.endswith("intermediate_size") and isinstance(v, list)}
+        # fields the family derives from the hidden size ("auto") are derived again
+        out |= {k: "auto" for k, f in getattr(type(real), "__dataclass_fields__", {}).items() if k in d and f.default == "auto"}
         out |= {"hidden_size": SMALL_HIDDEN} | ({"head_dim": SMALL_HEAD_DIM} if d.get("head_dim") and d.get("kv_lora_rank") is None else {})
         out["initializer_range"] = 0.1  # random weights scaled so a 64-wide block's outputs are O(0.1), as at production width
     is_mla = d.get("kv_lora_rank") is not None
@@ -72,9 +81,11 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
     if d.get("num_attention_heads") is not None: out["num_attention_heads"] = heads
     if d.get("num_key_value_heads") is not None: out["num_key_value_heads"] = heads if is_mla else _fits(heads, 2)
     if "head_dim" in d and d["head_dim"] is None and not is_mla: out["head_dim"] = out.get("hidden_size", real.hidden_size) // heads
-    if is_mla: out |= {k: v for k, v in MLA_FIELDS.items() if k in d and (k != "q_lora_rank" or d[k] is not None)}
-    if is_mla and d.get("head_dim"): out["head_dim"] = MLA_FIELDS["qk_rope_head_dim"]  # MLA's rotary embedding is sized by head_dim
+    if is_mla: out |= {k: v for k, v in MLA_FIELDS.items() if d.get(k)}  # a part the family turns off (None, 0) stays off
+    if is_mla and d.get("head_dim") and out.get("qk_rope_head_dim"): out["head_dim"] = out["qk_rope_head_dim"]  # MLA's rotary embedding is sized by head_dim
     out |= {k: v for k, v in DSA_FIELDS.items() if k in d}
+    out |= {k: v for k, v in QSA_FIELDS.items() if k in d}
+    if "indexer_head_dim" in d: out["indexer_head_dim"] = out.get("head_dim", d.get("head_dim"))
     for field in GROUP_FIELDS:
         if d.get(field) is not None:
             groups = min(d[field], SYNTHETIC_EXPERTS // 2)
@@ -87,6 +98,9 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
         nested |= {k: out[k] for k in sub if k in out}  # a sub-config's copy of an overridden field (its hidden_size) follows it
         if nested: out[name] = {**sub, **nested}
     out |= FAMILY_OVERRIDES.get(real.model_type, ({}, ""))[0]
+    if isinstance(d.get("per_layer_config"), dict):  # per-layer sub-configs get the same rules
+        out["per_layer_config"] = {k: {f: out.get(f, v) for f, v in layer.items()}
+                                   for k, layer in d["per_layer_config"].items() if int(k) < num_layers}
     for k, v in d.items():  # other per-layer lists follow the layer count
         if isinstance(v, list) and len(v) == real.num_hidden_layers and k not in out:
             out[k] = v[:num_layers]

@@ -33,13 +33,13 @@ def _grouped_experts_forward_input_dtype(self, x_RD: torch.Tensor, num_tokens_pe
     h_RF = h_RF * self._grouped_mm(A=x_RD, B_t=w3_EFD.to(dtype).transpose(-2, -1), offs=offsets_E)
     return self._grouped_mm(A=h_RF, B_t=w2_EDF.to(dtype).transpose(-2, -1), offs=offsets_E).type_as(x_RD)
 
-def apply() -> list[dict]:
-    "Install the CPU adaptations 1 and 2 (idempotent); returns what is installed and why."
+def apply(cpu: bool = True) -> list[dict]:
+    "Install adaptations 2 and, on `cpu`, 1 (idempotent); returns what is installed and why."
     if _ORIGINALS: return describe()
     import torchtitan.distributed.parallel_dims as parallel_dims
     from torchtitan.models.common.moe import GroupedExperts
-    _patch(parallel_dims, "device_type", "cpu", "'cuda' -> 'cpu'",
-           "tools.utils falls back to 'cuda' without an accelerator; ParallelDims.build_mesh() builds its meshes on it")
+    if cpu: _patch(parallel_dims, "device_type", "cpu", "'cuda' -> 'cpu'",
+                   "tools.utils falls back to 'cuda' without an accelerator; ParallelDims.build_mesh() builds its meshes on it")
     _patch(GroupedExperts, "forward", _grouped_experts_forward_input_dtype, "experts compute in the input dtype",
            "upstream casts to bfloat16 (CUDA's grouped GEMM is bf16-only); CPU torch._grouped_mm computes float32")
     return describe()

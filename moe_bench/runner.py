@@ -29,6 +29,7 @@ PHASES: dict[int, tuple[tuple[str, str], ...]] = {
     1: (("probe", "01_probe.ipynb"),),
     2: (("config", "02_config.ipynb"),),
     3: (("equivalence", "03_equivalence.ipynb"), ("gap_analysis", "03c_gap_analysis.ipynb")),
+    4: (("parallelism", "04_parallelism.ipynb"),),
 }
 GOOD, NOT_APPLICABLE = ("PASS", "WARN"), ("NO_MOE", "UNSUPPORTED", "BLOCKED")
 
@@ -149,6 +150,8 @@ def summary_line(rec: dict) -> str:
         extra = "  " + "  ".join(f"{dt}: {m['status']} kl={m['kl']:.2e} max_diff={m['max_diff']:.2e}" for dt, m in rec["metrics"].items())
     if rec["phase"] == "gap_analysis" and "tables" in rec:
         extra = "  " + "  ".join(f"{dt}: max_diff {t[0]['max_diff']:.2e} -> {t[-1]['max_diff']:.2e}" for dt, t in rec["tables"].items())
+    if rec["phase"] == "parallelism" and "configs" in rec:
+        extra = "  " + "  ".join(f"{c['name']}: {c['status']}" for c in rec["configs"])
     reason = rec.get("reason") or "; ".join(rec.get("issues") or []) or (rec.get("error") or "").splitlines()[:1]
     reason = reason if isinstance(reason, str) else "".join(reason)
     return f"{rec['phase']:<13} {rec['status']:<8}{extra}" + (f"  ({reason})" if reason and rec["status"] not in GOOD else "")
@@ -207,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run phases of the workflow for one model")
     run.add_argument("model", nargs="?", help="model type (e.g. qwen3_moe) or a local folder holding config.json")
     run.add_argument("--all", action="store_true", help="every MoE model type found in transformers (phases 1-3 in one process)")
-    run.add_argument("--phases", default="1-3", help="phases to run: 1,2,3 or 1-3 (default 1-3)")
+    run.add_argument("--phases", default="1-4", help="phases to run: 1,2,4 or 1-3 (default 1-4; --all runs 1-3)")
     run.add_argument("--out", default="", help="reports root (default reports/ in the repo, or $MOE_BENCH_REPORTS)")
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
     args = parser.parse_args(argv)

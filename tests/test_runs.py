@@ -33,6 +33,12 @@ def test_moe_bench_run_qwen3_moe(reports_tmp):
     assert all(t[-1]["max_diff"] == 0.0 for t in gap["tables"].values()) and gap["torchtitan_sha256"]["unchanged"]
     html = (reports_tmp / "qwen3_moe" / "gap_analysis.html").read_text()
     assert html.count("data:image/png;base64") >= 2  # the plots are embedded, not linked
+    par = _record(reports_tmp, "qwen3_moe", "parallelism")
+    assert par["status"] == "PASS", par.get("error") or [(c["name"], c["status"], c["error"]) for c in par.get("configs", [])]
+    assert [c["name"] for c in par["configs"]] == ["FSDP", "FSDP+EP", "TP", "FSDP+TP+EP"]
+    assert all(c["status"] == "PASS" and len(c["loss"]) == 2 and c["max_grad_diff"] < 1e-5 for c in par["configs"])
+    assert par["negative_controls"] and all(c["caught"] for c in par["negative_controls"])
+    assert (reports_tmp / "qwen3_moe" / "parallelism.html").exists()
 
 
 def test_plain_papermill(tmp_path, reports_tmp):

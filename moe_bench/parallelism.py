@@ -215,7 +215,7 @@ def worker(model_name: str, out_path: str, negative_controls: bool = True) -> No
     dist.destroy_process_group()
 
 #| export
-if __name__ == "__main__":
+if __name__ == "__main__" and "ipykernel" not in sys.modules:  # run by torchrun as `-m moe_bench.parallelism`, not in a notebook
     _args = argparse.ArgumentParser()
     _args.add_argument("--model", required=True)
     _args.add_argument("--out", required=True)
@@ -256,6 +256,7 @@ def parallelism_phase(model: str, out_dir: str = "", negative_controls: bool = T
         if rc != 0 or not os.path.exists(out):
             return phase_record(model, "parallelism", "ERROR", error=f"torchrun exit {rc}", output_tail=tail, launch_wall_s=round(wall, 1))
         res = json.load(open(out))
+    res.pop("model")
     configs = [_summary(c) for c in res.pop("configs")]
     controls = res.pop("negative_controls")
     status = worst_status(*[c["status"] for c in configs], *["PASS" if c["caught"] else "FAIL" for c in controls])

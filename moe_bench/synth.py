@@ -19,7 +19,7 @@ __all__ = ['SYNTHETIC_EXPERTS', 'SYNTHETIC_TOP_K', 'EXPERT_COUNT_FIELDS', 'TOP_K
 # %% ../nbs/02_config.ipynb #0a619736
 SYNTHETIC_EXPERTS, SYNTHETIC_TOP_K = 8, 2
 EXPERT_COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_top_k", "top_k_experts")
+TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_top_k", "moe_k", "top_k_experts")
 GROUP_FIELDS = ("n_group", "num_expert_group")
 FIXED_FIELDS = dict(vocab_size=256, max_position_embeddings=64, use_cache=False)
 MOE_LAYER_FIELDS = dict(first_k_dense_replace=0, decoder_sparse_step=1, mlp_only_layers=[])

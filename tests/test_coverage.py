@@ -72,12 +72,6 @@ def _drop_bias(sd):
     return sd
 
 
-# Where dropping the bias reroutes tokens but the verdict stays WARN at small width, and why.
-DROP_BIAS_WARN_ONLY = {
-    "ernie4_5_moe": "two shared experts dominate its 64-wide output, so the rerouted tokens move the KL to WARN only",
-}
-
-
 @pytest.mark.parametrize("model", BIAS_MODELS)
 def test_dropping_the_score_bias_fails(model):
     syn, _, _ = synthetic_config(model, small=True)
@@ -85,7 +79,7 @@ def test_dropping_the_score_bias_fails(model):
     assert compare_moe_block(block, probe, torch.bfloat16)["status"] in ("PASS", "WARN")
     dropped = compare_moe_block(block, probe, torch.bfloat16, titan_transform=_drop_bias)
     assert dropped["routing_agreement"] < 1.0  # the buffer really routes
-    assert dropped["status"] == ("WARN" if model in DROP_BIAS_WARN_ONLY else "FAIL"), dropped["kl"]
+    assert dropped["status"] == "FAIL", dropped["kl"]
 
 
 def test_committed_docs_match_a_fresh_regeneration():

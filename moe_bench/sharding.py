@@ -260,8 +260,9 @@ def apply_model_parallel(model: nn.Module, plan: Plan, resolved: dict[str, Spec]
         for suffix, mod, sub in _titan_config_tree(moe, cfg):
             if sub.sharding_config is not None: mod._sharding_config = sub.sharding_config
             has_state = list(mod.parameters(recurse=False)) or [b for b in mod.buffers(recurse=False) if b is not None]
-            if has_state and sub.sharding_config is None:
-                raise PlanError(f"{mname}.{suffix}: torchtitan's set_moe_sharding_config left it without a sharding config")
+            if has_state and sub.sharding_config is None and tp:  # without TP such a module is simply replicated
+                raise PlanError(f"{mname}.{suffix}: torchtitan's set_moe_sharding_config gives it no TP sharding config "
+                                "(core change: a TP layout for this MoE part)")
         if ep:  # torchtitan's EP token dispatcher: all-to-all over the ep mesh, wired by parallelize()
             moe.routed_experts.token_dispatcher = AllToAllTokenDispatcher.Config(num_experts=probe.num_experts, top_k=probe.top_k).build()
         if tp or ep: moe.parallelize(parallel_dims)

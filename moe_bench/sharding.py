@@ -125,8 +125,10 @@ def model_plan(model: nn.Module) -> Plan:
                 if mode: modes.add(mode)
     attention = "local_map" if "local_map" in modes else "local"
     rotary = getattr(decoder(model), "rotary_emb", None)
-    if rotary is not None:
-        entries.append((names[id(rotary)], S("replicate", mode="dtensor_outputs" if attention == "local_map" else "plain"), None))
+    if rotary is not None and attention == "local_map":  # its outputs become Replicate DTensors: (cos, sin), or deepseek_v2's one freqs_cis
+        with torch.no_grad(): out = rotary(torch.zeros(1, 1, hidden), torch.zeros(1, 1, dtype=torch.long))
+        entries.append((names[id(rotary)], S("replicate", mode="dtensor_outputs", outputs=len(out) if isinstance(out, tuple) else 1), None))
+    elif rotary is not None: entries.append((names[id(rotary)], S("replicate", mode="plain"), None))
     return Plan(type(model).__name__, entries, attention)
 
 # %% ../nbs/04b_sharding.ipynb #b905fcd4
@@ -206,8 +208,9 @@ def _style(spec: Spec):
     if k == "replicate":
         if spec.opt("mode") == "dtensor": return NoParallel(use_local_output=False)
         if spec.opt("mode") == "dtensor_outputs":
-            return PrepareModuleOutput(output_layouts=(Replicate(), Replicate()), desired_output_layouts=(Replicate(), Replicate()),
-                                       use_local_output=False)
+            n = spec.opt("outputs", 2)
+            layouts = Replicate() if n == 1 else (Replicate(),) * n
+            return PrepareModuleOutput(output_layouts=layouts, desired_output_layouts=layouts, use_local_output=False)
         return None
     if k == "gather_input":
         kw, local = spec.opt("kwarg"), bool(spec.opt("local", False))

@@ -80,6 +80,9 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     for m, r in records.items():
         par = {c["name"]: c["status"] for c in r.get("parallelism", {}).get("configs", [])}
         lines.append(f"| {m} | " + " | ".join(par.get(c, "not run") for c in ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")) + " |")
+    failed = [(m, c) for m, r in records.items() for c in r.get("parallelism", {}).get("configs", []) if c["status"] not in ("PASS", "WARN")]
+    if failed: lines += ["", "Why a configuration did not pass:", ""]
+    lines += [f"- {m} {c['name']}: {(c.get('error') or '').splitlines()[-1].strip(' -')}" for m, c in failed]
     needs: dict[str, list[str]] = {}
     for m, r in records.items():
         for issue in r.get("probe", {}).get("issues") or []: needs.setdefault(issue, []).append(m)

@@ -215,7 +215,7 @@ def worker(model_name: str, out_path: str, negative_controls: bool = True) -> No
     dist.destroy_process_group()
 
 #| export
-if __name__ == "__main__" and "ipykernel" not in sys.modules:  # run by torchrun as `-m moe_bench.parallelism`, not in a notebook
+if __name__ == "__main__" and sys.argv[0].endswith("parallelism.py"):  # run by torchrun as `-m moe_bench.parallelism`, not a notebook
     _args = argparse.ArgumentParser()
     _args.add_argument("--model", required=True)
     _args.add_argument("--out", required=True)

@@ -20,7 +20,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 __all__ = ['PRODUCTION_CONFIGS', 'FINAL_NORM_NAMES', 'EMBEDDING_NAMES', 'LAYER_LIST_NAMES', 'ROUTER_NAMES', 'LAYER_LEVEL',
            'MOE_LAYER_MECHANISMS', 'UnknownModelError', 'known_models', 'text_config', 'real_config', 'meta_model',
            'decoder', 'decoder_layers', 'final_norm', 'embeddings', 'router_name', 'is_moe_block', 'moe_attr_name',
-           'moe_block', 'NoMoEError', 'moe_layer_indices', 'moe_layer_mechanism']
+           'nested_moe_blocks', 'moe_block', 'NoMoEError', 'moe_layer_indices', 'moe_layer_mechanism']
 
 # %% ../nbs/00a_hf.ipynb #88d36f4b
 PRODUCTION_CONFIGS: dict[str, dict] = {
@@ -179,7 +179,13 @@ def moe_attr_name(layer: nn.Module) -> str | None:
     "Name of the layer's child that is an MoE block; `LAYER_LEVEL` when the layer itself holds router and experts; None for a dense layer."
     name = next((n for n, child in layer.named_children() if is_moe_block(child)), None)
     if name is None and is_moe_block(layer): return LAYER_LEVEL
+    if name is None:  # MoE blocks one level further down (ernie4_5_vl_moe: mlp.text_moe, mlp.vision_moe): their parent
+        name = next((n for n, child in layer.named_children() if nested_moe_blocks(child)), None)
     return name
+
+def nested_moe_blocks(module: nn.Module) -> list[str]:
+    "Names of `module`'s children that are MoE blocks, when `module` is not one itself (an MoE split by modality)."
+    return [] if is_moe_block(module) else [n for n, c in module.named_children() if is_moe_block(c)]
 
 def moe_block(layer: nn.Module) -> nn.Module:
     "The layer's MoE block (the layer itself for a layer-level MoE)."

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from .hf import router_name
+from .hf import nested_moe_blocks, router_name
 
 # %% auto #0
 __all__ = ['SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS', 'SCORE_BIAS_NAMES',
@@ -229,6 +229,12 @@ def router_weight_key(router: nn.Module, r_attr: str, hidden: int) -> tuple[str,
 def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
     "Describe an HF MoE block for building and loading torchtitan's `MoE`."
     r_attr = router_name(block)
+    if r_attr is None and nested_moe_blocks(block):  # one expert set per modality: probe the first, and say why it is blocked
+        names = nested_moe_blocks(block)
+        probe = probe_moe_block(getattr(block, names[0]), config)
+        probe.issues.append(f"MoE split by modality ({', '.join(names)}, each with its own router and experts): "
+                            "MoE has one router and one expert set")
+        return probe
     if r_attr is None: raise ValueError(f"{type(block).__name__} has no router (gate/router)")
     router = getattr(block, r_attr)
     hidden = _cfg(config, "hidden_size")

@@ -18,8 +18,6 @@ from conftest import REPO
 KNOWN_GAPS = {
     "beam": "WARN without an extension: its gap is explained (routed scale on the output, float32 combine, float32 SwiGLU: "
             "max_diff 0.03125 -> 0.00) but no extension prototypes all three yet",
-    "ernie4_5_vl_moe": "NO_MOE (wrong): its MoE is nested by modality (mlp.text_moe / mlp.vision_moe beside mlp.shared_experts), "
-                       "which the one-level MoE search does not find",
 }
 
 CANDIDATES = moe_model_candidates()

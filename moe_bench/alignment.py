@@ -19,8 +19,8 @@ import torchtitan
 import torchtitan.models.common.moe as titan_moe
 from torchtitan.models.common.moe import GroupedExperts
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
-from torchtitan.ops.scatter_add import deterministic_scatter_add
 
+from .extensions import Float32CombineDispatcher
 from .replacement import Float32Gate
 
 # %% auto #0
@@ -74,16 +74,13 @@ def _reorder_keeping_permutation(self, x_TD, topk_scores_TK, topk_expert_ids_TK)
 def _aligned_combine(self, routed_output_RD, metadata, x_TD):
     "`combine` with float32 accumulation and, when switched on, HF's token-order sum over top-k."
     if not ALIGN["combine_f32"]: return _original_combine(self, routed_output_RD, metadata, x_TD)
+    if not ALIGN["combine_token_order"]:  # the same change as the f32_combine extension: one implementation of it
+        return Float32CombineDispatcher.combine(self, routed_output_RD, metadata, x_TD)
     weighted_RD = routed_output_RD.to(torch.float32) * metadata.topk_scores_experts_sorted_N.reshape(-1, 1).to(torch.float32)
-    if ALIGN["combine_token_order"]:
-        T, K = self._top_k_shape
-        weighted_ND = torch.empty_like(weighted_RD)
-        weighted_ND[self._pairs_experts_sorted_N] = weighted_RD
-        return weighted_ND.view(T, K, -1).sum(dim=1).to(x_TD.dtype)
-    dim = x_TD.shape[-1]
-    out_TD = torch.zeros_like(x_TD, dtype=torch.float32)
-    out_TD = deterministic_scatter_add(out_TD, metadata.token_indices_experts_sorted_N.reshape(-1, 1).expand(-1, dim), weighted_RD)
-    return out_TD.to(x_TD.dtype)
+    T, K = self._top_k_shape
+    weighted_ND = torch.empty_like(weighted_RD)
+    weighted_ND[self._pairs_experts_sorted_N] = weighted_RD
+    return weighted_ND.view(T, K, -1).sum(dim=1).to(x_TD.dtype)
 
 def _hf_sums_in_input_dtype(probe) -> bool:
     "HF's eager experts loop index_adds into an input-dtype output, as torchtitan's own combine does."

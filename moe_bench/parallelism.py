@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
+from torchtitan.models.common.moe import MoE
 
 from . import cpu_compat
 from .core import phase_record, refuse_undeclared_parameters, save_record, worst_status
@@ -182,7 +183,7 @@ def worker(model_name: str, out_path: str, negative_controls: bool = True) -> No
     if not all(torch.equal(s, check) for s in sums): raise RuntimeError("ranks built different weights")
     ids, labels = make_batch(cfg)
     plan = model_plan(base)
-    moe = next(n for n, m in base.named_modules() if type(m).__name__ == "ContiguousMoE")
+    moe = next(n for n, m in base.named_modules() if isinstance(m, MoE))
     attn = next(n for n, m in base.named_modules() if n.endswith("self_attn"))
     q = next(n for n in (f"{attn}.q_proj", f"{attn}.q_b_proj") if f"{n}.weight" in dict(base.named_parameters()))
     tracked = {"router": f"{moe}.router.gate.weight", "expert w1": f"{moe}.routed_experts.inner_experts.w1_EFD",
@@ -244,12 +245,11 @@ def _summary(c: dict) -> dict:
 
 def parallelism_phase(model: str, out_dir: str = "", negative_controls: bool = True) -> dict:
     "Phase 4 record for `model`."
-    from moe_bench.hf import NoMoEError
     from moe_bench.probe import probe_model
-    try: probe = probe_model(model)
-    except NoMoEError as e: return phase_record(model, "parallelism", "NO_MOE", reason=str(e))
+    probe = probe_model(model)  # NO_MOE, UNSUPPORTED and BLOCKED are statuses of its record, not exceptions
     if probe["status"] not in ("PASS", "WARN"):
-        return phase_record(model, "parallelism", probe["status"], reason="phase 1 did not pass: " + "; ".join(probe.get("issues") or []))
+        why = probe.get("reason") or "; ".join(probe.get("issues") or [])
+        return phase_record(model, "parallelism", probe["status"], reason=f"phase 1 did not pass: {why}")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.json")
         rc, tail, wall = launch_worker(model, out, negative_controls=negative_controls)

@@ -98,7 +98,7 @@ def _moe_entries(name: str, moe: MoE) -> list:
     "Every module of a torchtitan MoE that holds state, with its role in torchtitan's own sharding."
     out = []
     for sub, m in moe.named_modules():
-        if not (list(m.parameters(recurse=False)) or [b for b in m.buffers(recurse=False) if b is not None]): continue
+        if not _has_own_state(m): continue
         role = ("wrapper" if not sub else "router" if sub.startswith("router") else
                 "experts" if sub.startswith("routed_experts") else "shared" if sub.startswith("shared_experts") else "other")
         out.append((f"{name}.{sub}" if sub else name, S("titan_moe", role=role), None))
@@ -134,6 +134,10 @@ def model_plan(model: nn.Module) -> Plan:
 # %% ../nbs/04b_sharding.ipynb #b905fcd4
 HF_KIND_AGREES = {"colwise": {"colwise"}, "rowwise": {"rowwise_sp"},
                   "replicated_with_grad_allreduce": {"norm_sp", "replicate:dtensor"}}
+
+def _has_own_state(module: nn.Module) -> bool:
+    "Whether `module` itself holds a parameter or a buffer."
+    return bool(list(module.parameters(recurse=False)) or [b for b in module.buffers(recurse=False) if b is not None])
 
 def _owned_state(model: nn.Module) -> dict[str, list[str]]:
     "Module name -> the fully qualified names of the parameters and buffers it holds itself."
@@ -262,8 +266,7 @@ def apply_model_parallel(model: nn.Module, plan: Plan, resolved: dict[str, Spec]
         set_moe_sharding_config(cfg, enable_ep=ep, enable_sp=tp, expert_param_layout=_GROUPED_EXPERTS_PARAM_LAYOUT)
         for suffix, mod, sub in _titan_config_tree(moe, cfg):
             if sub.sharding_config is not None: mod._sharding_config = sub.sharding_config
-            has_state = list(mod.parameters(recurse=False)) or [b for b in mod.buffers(recurse=False) if b is not None]
-            if has_state and sub.sharding_config is None and tp:  # without TP such a module is simply replicated
+            if _has_own_state(mod) and sub.sharding_config is None and tp:  # without TP such a module is simply replicated
                 raise PlanError(f"{mname}.{suffix}: torchtitan's set_moe_sharding_config gives it no TP sharding config "
                                 "(core change: a TP layout for this MoE part)")
         if ep:  # torchtitan's EP token dispatcher: all-to-all over the ep mesh, wired by parallelize()

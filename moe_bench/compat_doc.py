@@ -78,11 +78,17 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     for m, r in records.items(): lines += _arch_section(m, r)
     lines += ["## Parallelism Support", "", "| model | FSDP | FSDP+EP | TP | FSDP+TP+EP |", "|---|---|---|---|---|"]
     for m, r in records.items():
-        par = {c["name"]: c["status"] for c in r.get("parallelism", {}).get("configs", [])}
-        lines.append(f"| {m} | " + " | ".join(par.get(c, "not run") for c in ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")) + " |")
+        p = r.get("parallelism", {})
+        par = {c["name"]: c["status"] for c in p.get("configs", [])}
+        fill = "not run" if par or not p else p["status"]  # a record without configurations: BLOCKED, ERROR, ...
+        ext = f" (with extension {p['extension'].split()[0]})" if p.get("extension") else ""
+        lines.append(f"| {m}{ext} | " + " | ".join(par.get(c, fill) for c in ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")) + " |")
     failed = [(m, c) for m, r in records.items() for c in r.get("parallelism", {}).get("configs", []) if c["status"] not in ("PASS", "WARN")]
-    if failed: lines += ["", "Why a configuration did not pass:", ""]
+    unrun = [(m, r["parallelism"]) for m, r in records.items() if r.get("parallelism") and not r["parallelism"].get("configs")
+             and r["parallelism"]["status"] not in ("PASS", "WARN", "UNSUPPORTED", "NO_MOE")]
+    if failed or unrun: lines += ["", "Why a configuration did not pass:", ""]
     lines += [f"- {m} {c['name']}: {(c.get('error') or '').splitlines()[-1].strip(' -')}" for m, c in failed]
+    lines += [f"- {m}: {p['status']}: {(p.get('reason') or p.get('error') or '').splitlines()[0][:300]}" for m, p in unrun]
     needs: dict[str, list[str]] = {}
     for m, r in records.items():
         for issue in r.get("probe", {}).get("issues") or []: needs.setdefault(issue, []).append(m)

@@ -92,7 +92,7 @@ def randomize_(module: nn.Module, # module whose float tensors get new values in
             if not t.is_floating_point(): continue
             # in place: a production-width expert tensor is gigabytes, so no temporary copy of it is made
             if t.ndim >= 2: t.normal_(0.0, std, generator=gen)
-            else: t.normal_(1.0 if "norm" in name else 0.0, 0.1, generator=gen)
+            else: t.normal_(1.0 if "norm" in name or name.endswith(("scale", "scalar")) else 0.0, 0.1, generator=gen)  # multipliers around 1
             filled.append(name)
     return filled
 

@@ -42,6 +42,9 @@ def apply(cpu: bool = True) -> list[dict]:
                    "tools.utils falls back to 'cuda' without an accelerator; ParallelDims.build_mesh() builds its meshes on it")
     _patch(GroupedExperts, "forward", _grouped_experts_forward_input_dtype, "experts compute in the input dtype",
            "upstream casts to bfloat16 (CUDA's grouped GEMM is bf16-only); CPU torch._grouped_mm computes float32")
+    from moe_bench.extensions import GeluTanhGroupedExperts
+    _patch(GeluTanhGroupedExperts, "compute_in_input_dtype", True, "the gelu_tanh_experts prototype computes in the input dtype",
+           "the same adaptation for moe_bench's GroupedExperts subclass, which follows upstream's bfloat16 otherwise")
     return describe()
 
 def revert() -> None:

@@ -15,8 +15,8 @@ from torch import nn
 
 from .adapter import TITAN_EXPERTS
 from .core import phase_record, randomize_, refuse_undeclared_parameters, save_record, worst_status
-from .extensions import Extension, applicable_extensions
-from .hf import NoMoEError, decoder_layers, meta_model, moe_block, moe_layer_indices
+from .extensions import Extension, applicable_extensions, moe_branch_norms
+from .hf import LAYER_LEVEL, NoMoEError, decoder_layers, meta_model, moe_attr_name, moe_block, moe_layer_indices
 from .moe_probe import MoEProbe, probe_moe_block
 from .replacement import build_titan_moe, titan_roundtrip
 from .synth import synthetic_config
@@ -24,7 +24,7 @@ from .synth import synthetic_config
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'DTYPES', 'verdict', 'output_metrics', 'hf_router_gate_float32', 'capture_topk_ids',
            'routing_agreement', 'synthetic_moe_block', 'moe_input', 'compare_moe_block', 'swap_gate_up',
-           'extension_check', 'with_extension', 'equivalence_phase']
+           'extension_check', 'with_extension', 'equivalence_phase', 'compare_layer_moe', 'layer_moe_check']
 
 # %% ../nbs/03_equivalence.ipynb #5df969ef
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -159,8 +159,10 @@ def equivalence_phase(model: str, seed: int = 0) -> dict:
     base = dict(config=dict(overrides=overrides, full=syn.to_dict()), block=probe.asdict(),
                 hf_block=type(hf_block).__name__, hf_experts_implementation=syn._experts_implementation,
                 randomized=randomized)
-    if probe.issues:
-        return phase_record(model, "equivalence", "BLOCKED", **base, issues=probe.issues)
+    if probe.issues:  # a layer-level MoE is still compared with the LayerMoE prototype, reported apart from the core
+        extensions = layer_moe_check(syn, seed) if probe.level == "layer" else []
+        return phase_record(model, "equivalence", "BLOCKED", **base, issues=probe.issues, extensions=extensions,
+                            status_with_extension=with_extension("BLOCKED", extensions))
     roundtrip = titan_roundtrip(hf_block, probe)
     metrics = {str(dt).removeprefix("torch."): compare_moe_block(hf_block, probe, dt, seed) for dt in DTYPES}
     control = compare_moe_block(hf_block, probe, torch.bfloat16, seed, titan_transform=swap_gate_up)
@@ -172,3 +174,48 @@ def equivalence_phase(model: str, seed: int = 0) -> dict:
                         status_with_extension=with_extension(status, extensions), extensions=extensions,
                         router_gate="float32 on both sides", metrics=metrics, roundtrip=roundtrip,
                         negative_control=negative, thresholds=dict(pass_kl=PASS_KL, warn_kl=WARN_KL), **base)
+
+# %% ../nbs/03_equivalence.ipynb #b785b15e
+def compare_layer_moe(hf_model: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed: int = 0,
+                      swap_gate_up_weights: bool = False) -> dict:
+    "Figures of HF's layer-level MoE branch against the `LayerMoE` prototype swapped into a copy of the model."
+    from moe_bench.extensions import Float32CombineDispatcher, build_layer_moe, swap_layer_moe
+    hf = copy.deepcopy(hf_model).to(dtype).eval()
+    titan = copy.deepcopy(hf)
+    layers = [i for i, l in enumerate(decoder_layers(hf)) if moe_attr_name(l) == LAYER_LEVEL]
+    for i in layers:
+        moe = build_layer_moe(decoder_layers(hf)[i], probe)
+        if probe.combine_dtype == "float32": moe.routed_experts.token_dispatcher.__class__ = Float32CombineDispatcher
+        if swap_gate_up_weights: moe.load_state_dict(swap_gate_up(dict(moe.state_dict())), strict=True)
+        swap_layer_moe(decoder_layers(titan)[i], moe, probe)
+    hf_layer, seen = decoder_layers(hf)[layers[0]], {}
+    branch_norm = getattr(hf_layer, moe_branch_norms(hf_layer)[1])
+    hooks = [branch_norm.register_forward_hook(lambda m, a, o: seen.__setitem__("hf", o)),
+             getattr(decoder_layers(titan)[layers[0]], probe.experts_attr).register_forward_hook(lambda m, a, o: seen.__setitem__("titan", o))]
+    ids = torch.randint(0, hf.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(seed))
+    try:
+        with torch.no_grad(), hf_router_gate_float32(getattr(hf_layer, probe.router_attr)):
+            hf(input_ids=ids); titan(input_ids=ids)
+    finally:
+        for h in hooks: h.remove()
+    metrics = output_metrics(seen["hf"].reshape(seen["titan"].shape), seen["titan"])
+    return dict(status=verdict(metrics["kl"]), dtype=str(dtype).removeprefix("torch."), **metrics, num_tokens=ids.numel())
+
+def layer_moe_check(config, seed: int = 0) -> list[dict]:
+    "The `extensions` entry of a layer-level MoE: bfloat16 and float32 verdicts with `LayerMoE`, its control and round trip."
+    from transformers import AutoModelForCausalLM
+    from moe_bench.extensions import LAYER_MOE_CORE_CHANGES, build_layer_moe, export_layer_moe, layer_moe_applies, layer_moe_state
+    from moe_bench.adapter import state_dict_diff
+    from moe_bench.hf import _instantiate
+    model = _instantiate(config).float()  # a causal LM, or the bare decoder where the family has no LM class for this config
+    randomize_(model, seed=seed, std=getattr(config, "initializer_range", 0.02))
+    layer = decoder_layers(model)[moe_layer_indices(model)[0]]
+    probe = probe_moe_block(layer, config)
+    if not layer_moe_applies(layer, probe): return []
+    rt = state_dict_diff(layer_moe_state(layer, probe), export_layer_moe(build_layer_moe(layer, probe), layer, probe))
+    bf16, f32 = (compare_layer_moe(model, probe, dt, seed) for dt in DTYPES)
+    control = compare_layer_moe(model, probe, torch.bfloat16, seed, swap_gate_up_weights=True)
+    name = "layer_moe" + ("+f32_combine" if probe.combine_dtype == "float32" else "")
+    status = bf16["status"] if rt["status"] == "PASS" else "FAIL"
+    return [dict(name=name, core_change="; ".join(LAYER_MOE_CORE_CHANGES), status=status, kl=bf16["kl"], max_diff=bf16["max_diff"],
+                 status_float32=f32["status"], kl_float32=f32["kl"], roundtrip=rt["status"], negative_control_caught=control["status"] == "FAIL")]

@@ -5,18 +5,26 @@
 # %% ../nbs/00e_extensions.ipynb #da61661b
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torchtitan.models.common.moe import MoE
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor import DTensor, Shard
+from torchtitan.models.common.moe import GroupedExperts, MoE, TokenChoiceTopKRouter
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 from torchtitan.ops.scatter_add import deterministic_scatter_add
 
+from .adapter import TensorRule, _apply, block_rules, rename
 from .moe_probe import MoEProbe
 
 # %% auto #0
-__all__ = ['EXTENSIONS', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions']
+__all__ = ['EXTENSIONS', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
+           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
+           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
+           'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #f455e778
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -47,3 +55,141 @@ EXTENSIONS = [
 def applicable_extensions(probe: MoEProbe) -> list[Extension]:
     "The extensions that apply to a block of this probe."
     return [e for e in EXTENSIONS if e.applies(probe)]
+
+# %% ../nbs/00e_extensions.ipynb #9cbaf184
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    "RMSNorm computed in float32 and cast back to the input dtype (HF Gemma's recipe); no weight when `weight` is None."
+    x32 = x.float()
+    out = x32 * torch.pow(x32.pow(2).mean(-1, keepdim=True) + eps, -0.5)
+    return (out if weight is None else out * weight.float()).type_as(x)
+
+class NormScaledRouter(TokenChoiceTopKRouter):
+    "Prototype of the core change: a router with its own input RMSNorm, a per-dimension input scale, and per-expert weight scales."
+    def extend(self, dim: int, eps: float) -> NormScaledRouter:
+        self.norm_eps, self.root_size = eps, dim ** -0.5
+        self.scale_D = nn.Parameter(torch.ones(dim))
+        self.per_expert_scale_E = nn.Parameter(torch.ones(self.num_experts))
+        return self
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        h_BLD = _rms_norm(x_BLD.float(), None, self.norm_eps) * self.scale_D.float() * self.root_size
+        topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = super().forward(h_BLD, expert_bias_E)
+        return topk_scores_BLK * self.per_expert_scale_E.float()[topk_expert_ids_BLK], topk_expert_ids_BLK, scores_BLE
+
+class GeluTanhGroupedExperts(GroupedExperts):
+    "Prototype of the core change: `GroupedExperts` with a GELU(tanh)-gated activation instead of the hard-coded SiLU."
+    compute_in_input_dtype = False  # upstream computes in bfloat16; `cpu_compat` sets True, as it does for GroupedExperts
+
+    def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+        w1_EFD, w2_EDF, w3_EFD = self.w1_EFD, self.w2_EDF, self.w3_EFD
+        if isinstance(w1_EFD, DTensor): w1_EFD, w2_EDF, w3_EFD = w1_EFD.to_local(), w2_EDF.to_local(), w3_EFD.to_local()
+        dtype = x_RD.dtype if self.compute_in_input_dtype else torch.bfloat16
+        x_RD_c = x_RD.to(dtype)
+        offsets_E = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
+        h_RF = F.gelu(self._grouped_mm(A=x_RD_c, B_t=w1_EFD.to(dtype).transpose(-2, -1), offs=offsets_E), approximate="tanh")
+        h_RF = h_RF * self._grouped_mm(A=x_RD_c, B_t=w3_EFD.to(dtype).transpose(-2, -1), offs=offsets_E)
+        return self._grouped_mm(A=h_RF, B_t=w2_EDF.to(dtype).transpose(-2, -1), offs=offsets_E).type_as(x_RD)
+
+class LayerMoE(MoE):
+    "Prototype of the core change: an MoE whose experts read a normed input (the router reads it raw), with a norm on the routed output."
+    def extend(self, dim: int, eps: float) -> LayerMoE:
+        self.norm_eps = eps
+        self.input_norm_D, self.output_norm_D = nn.Parameter(torch.ones(dim)), nn.Parameter(torch.ones(dim))
+        return self
+
+    def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = self.router(x_BLD, self.expert_bias_E)
+        routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
+        num_local_tokens_per_expert_E = routing_map_BLE.sum(dim=(0, 1))
+        if self.training:
+            with torch.no_grad(): self.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
+        h_BLD = _rms_norm(x_BLD, self.input_norm_D, self.norm_eps)
+        out_BLD = self.routed_experts(h_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
+        return _rms_norm(out_BLD, self.output_norm_D, self.norm_eps)
+
+class _NoRouter(nn.Module):
+    "Fills the HF layer's router slot: routing happens inside `LayerMoE`."
+    def forward(self, hidden_states): return None, None, None
+
+class LayerMoEAdapter(nn.Module):
+    "Fills the HF layer's experts slot with a `LayerMoE`: takes the flat (T, D) input, returns (T, D)."
+    def __init__(self, moe: LayerMoE):
+        super().__init__()
+        self.moe = moe
+    def forward(self, hidden_states_TD, top_k_index=None, top_k_weights=None):
+        x_TD = hidden_states_TD
+        strided = isinstance(x_TD, DTensor) and any(type(p).__name__ == "_StridedShard" for p in x_TD.placements)
+        if strided:  # under SP the layer flattens (B, L/tp, D) shards: tokens strided over ranks; the MoE takes plain token shards
+            placements = x_TD.placements
+            x_TD = x_TD.redistribute(x_TD.device_mesh, [Shard(0) if type(p).__name__ == "_StridedShard" else p for p in placements])
+        out_TD = self.moe(x_TD.unsqueeze(0).contiguous()).squeeze(0)
+        return out_TD.redistribute(out_TD.device_mesh, placements) if strided else out_TD
+
+# %% ../nbs/00e_extensions.ipynb #857e2afd
+LAYER_MOE_CORE_CHANGES = (
+    "router_norm_scales: TokenChoiceTopKRouter with an input RMSNorm, a learned per-dimension input scale and per-expert weight scales",
+    "gelu_tanh_experts: a GELU(tanh)-gated activation option for GroupedExperts",
+    "moe_io_norms: MoE input/output norms, the router reading the un-normed input (a layer-level MoE beside the dense MLP)")
+
+# %% ../nbs/00e_extensions.ipynb #fb0c5d46
+def moe_branch_norms(layer: nn.Module) -> tuple[str, str] | None:
+    "(input norm, output norm) child names of a layer-level MoE branch, or None."
+    kids = {n for n, _ in layer.named_children()}
+    pre = sorted(n for n in kids if re.fullmatch(r"pre_feedforward_layernorm_[0-9]+", n))
+    pairs = [(p, p.replace("pre_", "post_", 1)) for p in pre if p.replace("pre_", "post_", 1) in kids]
+    return pairs[0] if len(pairs) == 1 else None
+
+def layer_moe_applies(layer: nn.Module, probe: MoEProbe) -> bool:
+    "Whether `LayerMoE` expresses this layer-level block: the only issues are the router's norm/scales, GELU(tanh) experts and the branch norms."
+    if probe.level != "layer" or probe.activation not in ("gelutanh",) or moe_branch_norms(layer) is None: return False
+    router = getattr(layer, probe.router_attr)
+    extra = {k for k in router.state_dict() if f"{probe.router_attr}.{k}" != probe.router_weight}
+    return extra == {"scale", "per_expert_scale"} and not (probe.shared_attr or probe.score_bias or probe.router_bias or probe.expert_bias)
+
+def layer_moe_rules(layer: nn.Module, probe: MoEProbe) -> list[TensorRule]:
+    "Tensor rules between the HF layer's MoE tensors and a `LayerMoE`: the core rules plus the router scales and the branch norms."
+    r, (pre, post) = probe.router_attr, moe_branch_norms(layer)
+    return block_rules(probe) + [rename(f"{r}.scale", "router.scale_D"), rename(f"{r}.per_expert_scale", "router.per_expert_scale_E"),
+                                 rename(f"{pre}.weight", "input_norm_D"), rename(f"{post}.weight", "output_norm_D")]
+
+def layer_moe_state(layer: nn.Module, probe: MoEProbe) -> dict:
+    "The HF layer's tensors that the `LayerMoE` takes over (the rest of the layer stays as it is)."
+    hf = {k for rule in layer_moe_rules(layer, probe) for k in rule.hf}
+    return {k: v for k, v in layer.state_dict().items() if k in hf}
+
+def build_layer_moe(layer: nn.Module, probe: MoEProbe, gate_float32: bool = True) -> LayerMoE:
+    "A `LayerMoE` holding the HF layer's router, experts and branch norms, loaded strictly."
+    from moe_bench.replacement import Float32Gate, titan_moe_config
+    eps = getattr(layer, moe_branch_norms(layer)[0]).eps
+    with torch.device("meta"):
+        moe = titan_moe_config(probe, check=False).build()
+    moe.__class__, moe.router.__class__ = LayerMoE, NormScaledRouter
+    moe.routed_experts.inner_experts.__class__ = GeluTanhGroupedExperts
+    moe.extend(probe.hidden_size, eps); moe.router.extend(probe.hidden_size, getattr(layer, probe.router_attr).eps)
+    moe.to_empty(device="cpu")
+    sd = _apply(layer_moe_state(layer, probe), layer_moe_rules(layer, probe), forward=True)
+    moe.load_state_dict({k: v.detach().clone() for k, v in sd.items()}, strict=True, assign=True)
+    moe.tokens_per_expert_E = torch.zeros(probe.num_experts, dtype=torch.float32)
+    if gate_float32: moe.router.gate.__class__ = Float32Gate
+    return moe.eval()
+
+def export_layer_moe(moe: LayerMoE, layer: nn.Module, probe: MoEProbe) -> dict:
+    "A `LayerMoE`'s weights back in the HF layer's keys."
+    return _apply(dict(moe.state_dict()), layer_moe_rules(layer, probe), forward=False)
+
+def swap_layer_moe(layer: nn.Module, moe: LayerMoE, probe: MoEProbe) -> None:
+    "Put `moe` in the HF layer: its experts slot calls the `LayerMoE`; router and branch norms leave the layer (they are in the MoE)."
+    pre, post = moe_branch_norms(layer)
+    setattr(layer, probe.router_attr, _NoRouter())
+    setattr(layer, pre, nn.Identity()); setattr(layer, post, nn.Identity())
+    setattr(layer, probe.experts_attr, LayerMoEAdapter(moe))
+
+# %% ../nbs/00e_extensions.ipynb #535ccde5
+def layer_moe_sharding(cfg) -> None:
+    "Add the `LayerMoE` prototype's tensors to a `MoE.Config` that `set_moe_sharding_config` has filled: replicated on TP."
+    import spmd_types as spmd
+    from torchtitan.models.common.decoder_sharding import dense_param_placement
+    from torchtitan.protocols.sharding import ShardingConfig
+    replicated = dense_param_placement(tp=spmd.R)
+    cfg.sharding_config.state_shardings |= {"input_norm_D": replicated, "output_norm_D": replicated}
+    cfg.router.sharding_config = ShardingConfig(state_shardings={"scale_D": replicated, "per_expert_scale_E": replicated})

@@ -23,6 +23,14 @@ __all__ = ['PRODUCTION_CONFIGS', 'FINAL_NORM_NAMES', 'EMBEDDING_NAMES', 'LAYER_L
            'nested_moe_blocks', 'moe_block', 'NoMoEError', 'moe_layer_indices', 'moe_layer_mechanism']
 
 # %% ../nbs/00a_hf.ipynb #88d36f4b
+_GEMMA4_SOURCE = ("google/gemma-4-26B-A4B model card (25.2B total / 3.8B active; 30 layers; 128 experts, 8 active, expert FFN 704; "
+                  "16 query and 8 KV heads of 256; sliding window 1024; vocabulary 262,144; per-layer embeddings only on the "
+                  "small E2B/E4B models). Not on the card: hidden_size 2816 and the dense MLP's 2112, the widths that reproduce "
+                  "its parameter counts with those figures (25.1B / 3.7B computed)")
+_GEMMA4_TEXT = dict(hidden_size=2816, intermediate_size=2112, moe_intermediate_size=704, enable_moe_block=True,
+                    num_experts=128, top_k_experts=8, num_hidden_layers=30, num_attention_heads=16, num_key_value_heads=8,
+                    head_dim=256, sliding_window=1024, vocab_size=262144, hidden_size_per_layer_input=0)
+
 PRODUCTION_CONFIGS: dict[str, dict] = {
     "qwen3_moe": dict(
         source="Qwen/Qwen3-30B-A3B, config.json",
@@ -74,6 +82,14 @@ PRODUCTION_CONFIGS: dict[str, dict] = {
         values=dict(hidden_size=2048, intermediate_size=1024, num_attention_heads=16, num_key_value_heads=16,
                     num_hidden_layers=16, num_experts=64, num_experts_per_tok=8, norm_topk_prob=False,
                     vocab_size=50304, max_position_embeddings=4096),
+    ),
+    "gemma4_text": dict(
+        source=_GEMMA4_SOURCE,
+        values=_GEMMA4_TEXT,
+    ),
+    "gemma4": dict(  # the same decoder inside the multimodal config
+        source=_GEMMA4_SOURCE,
+        values=dict(text_config=_GEMMA4_TEXT),
     ),
 }
 

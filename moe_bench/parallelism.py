@@ -25,13 +25,14 @@ from torchtitan.models.common.moe import MoE
 
 from . import cpu_compat
 from .core import phase_record, refuse_undeclared_parameters, save_record, worst_status
+from .hf import decoder_layers
 from .sharding import (Plan, PlanError, S, apply_fsdp, apply_model_parallel, check_plan, model_plan,
                                 parallel_test_model)
 
 # %% auto #0
-__all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'tp_degree',
-           'parallel_configs', 'make_batch', 'train_steps', 'compare_steps', 'run_config', 'negative_plans', 'worker',
-           'launch_worker', 'parallelism_phase']
+__all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'MODELS_PER_LAUNCH',
+           'tp_degree', 'parallel_configs', 'make_batch', 'train_steps', 'compare_steps', 'run_config',
+           'negative_plans', 'model_results', 'worker', 'launch_worker', 'parallelism_batch', 'parallelism_phase']
 
 # %% ../nbs/04_parallelism.ipynb #5326f199
 SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1
@@ -95,7 +96,7 @@ def compare_steps(par: list[dict], ref: list[dict], tracked: dict[str, str]) -> 
         ok &= step_ok
         steps.append(dict(step=s + 1, ok=step_ok, loss=p["loss"], loss_reference=r["loss"], loss_abs_diff=loss_diff, loss_tol=loss_tol,
                           max_grad_diff=max(x.get("max_abs_diff", float("inf")) for x in rows.values()),
-                          tracked={k: rows[v] | dict(param=v) for k, v in tracked.items()},
+                          tracked={k: rows[v] | dict(param=v) for k, v in tracked.items() if v},
                           worst=dict(param=worst, **rows[worst]), params_compared=len(rows),
                           params_failed=sorted(n for n, x in rows.items() if not x["ok"])))
     return ok, steps
@@ -159,21 +160,13 @@ def negative_plans(plan, hf_tp_plan: dict | None) -> list[tuple[str, object, boo
     return out
 
 def _caught_by(rec: dict) -> str:
+    "What stopped a wrong plan: the setup check, the parity check, a runtime error (still not a silent pass), or nothing."
     if rec["status"] == "FAIL" and "setup check" in rec.get("root_cause", ""): return "setup check"
     return {"FAIL": "parity check", "ERROR": "runtime error"}.get(rec["status"], "not caught")
 
 # %% ../nbs/04_parallelism.ipynb #0a61365c
-def worker(model_name: str, out_path: str, negative_controls: bool = True) -> None:
-    "The torchrun entry: every configuration and control of `model_name`; rank 0 writes the results to `out_path`."
-    warnings.filterwarnings("ignore")
-    cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=300))
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
-    if cuda: torch.cuda.set_device(device)
-    else: torch.set_num_threads(1)
-    adaptations = cpu_compat.apply(cpu=not cuda)
-    from torchtitan.distributed.utils import set_spmd_backend
-    set_spmd_backend("partial_dtensor")
+def model_results(model_name: str, device: torch.device, negative_controls: bool = True) -> dict:
+    "On every rank: one model's reference, its four configurations and its controls; the results rank 0 writes."
     start = time.perf_counter()
     base, cfg, probes = parallel_test_model(model_name, seed=SEED)
     base.to(device)
@@ -183,11 +176,12 @@ def worker(model_name: str, out_path: str, negative_controls: bool = True) -> No
     if not all(torch.equal(s, check) for s in sums): raise RuntimeError("ranks built different weights")
     ids, labels = make_batch(cfg)
     plan = model_plan(base)
-    moe = next(n for n, m in base.named_modules() if isinstance(m, MoE))
-    attn = next(n for n, m in base.named_modules() if n.endswith("self_attn"))
-    q = next(n for n in (f"{attn}.q_proj", f"{attn}.q_b_proj") if f"{n}.weight" in dict(base.named_parameters()))
+    moe = next((n for n, m in base.named_modules() if isinstance(m, MoE)), None)
+    if moe is None: raise RuntimeError(f"no Titan MoE in the {len(decoder_layers(base))}-layer test model (its MoE layers come later)")
+    params = dict(base.named_parameters())
+    q = next((n for n in params if n.endswith((".q_proj.weight", ".q_b_proj.weight"))), None)  # None: no softmax attention in it
     tracked = {"router": f"{moe}.router.gate.weight", "expert w1": f"{moe}.routed_experts.inner_experts.w1_EFD",
-               "attention q": f"{q}.weight", "embeddings": next(n for n, _ in base.named_parameters() if "embed" in n)}
+               "attention q": q, "embeddings": next(n for n in params if "embed" in n)}  # every gradient is compared; these are named
     t = time.perf_counter()
     ref = train_steps(copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel())
     ref_s = time.perf_counter() - t
@@ -195,40 +189,65 @@ def worker(model_name: str, out_path: str, negative_controls: bool = True) -> No
     confs = parallel_configs(cfg, dist.get_world_size())
     results = [run_config(c, base, probes, (ids, labels), ref, tracked, plan, dict(hf_tp_plan=hf_tp_plan)) for c in confs]
     controls = []
-    if negative_controls:
+    if negative_controls and next(r for r in results if r["name"] == "TP")["status"] == "PASS":  # a control needs a TP run that passes
         tp_conf = next(c for c in confs if c["name"] == "TP")
         for label, bad, rules, expected in negative_plans(plan, hf_tp_plan):
             rec = run_config(dict(tp_conf, name=label), base, probes, (ids, labels), ref, tracked, bad,
                              dict(hf_tp_plan=hf_tp_plan, role_rules=rules))
-            controls.append(dict(rec, expected=expected, caught_by=_caught_by(rec), caught=_caught_by(rec) == expected))
-    if dist.get_rank() == 0:
-        with open(out_path, "w") as f:
-            json.dump(dict(model=model_name, world_size=dist.get_world_size(), backend=dist.get_backend(), device=device.type,
-                           dtype="float32", batch=[BATCH, SEQ], steps=STEPS, optimizer=f"SGD(lr={LR})", seed=SEED,
-                           model_config={k: getattr(cfg, k, None) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
-                                         "num_key_value_heads", "head_dim", "moe_intermediate_size", "first_k_dense_replace")},
-                           tracked=tracked, cpu_adaptations=adaptations, plan=plan.as_json(), plan_attention=plan.attention,
-                           tolerance=dict(rtol=RTOL, atol=ATOL, rtol_loss=RTOL_LOSS,
-                                          rule="|g - g_ref|max <= rtol max|g_ref| + atol for every parameter; |loss - loss_ref| <= rtol_loss |loss_ref|"),
-                           reference=dict(losses=[r["loss"] for r in ref], wall_s=round(ref_s, 2)),
-                           configs=results, negative_controls=controls, worker_wall_s=round(time.perf_counter() - start, 1)), f, default=str)
-    dist.barrier()
+            controls.append(dict(rec, expected=expected, caught_by=_caught_by(rec), caught=_caught_by(rec) != "not caught"))
+    return dict(model=model_name, world_size=dist.get_world_size(), backend=dist.get_backend(), device=device.type,
+                dtype="float32", batch=[BATCH, SEQ], steps=STEPS, optimizer=f"SGD(lr={LR})", seed=SEED,
+                model_config={k: getattr(cfg, k, None) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                              "num_key_value_heads", "head_dim", "moe_intermediate_size", "first_k_dense_replace")},
+                extension="layer_moe (prototypes router_norm_scales, gelu_tanh_experts, moe_io_norms)"
+                if any(type(m).__name__ == "LayerMoE" for m in base.modules()) else None,
+                tracked=tracked, cpu_adaptations=cpu_compat.describe(), plan=plan.as_json(), plan_attention=plan.attention,
+                tolerance=dict(rtol=RTOL, atol=ATOL, rtol_loss=RTOL_LOSS,
+                               rule="|g - g_ref|max <= rtol max|g_ref| + atol for every parameter; |loss - loss_ref| <= rtol_loss |loss_ref|"),
+                reference=dict(losses=[r["loss"] for r in ref], wall_s=round(ref_s, 2)),
+                configs=results, negative_controls=controls, worker_wall_s=round(time.perf_counter() - start, 1))
+
+def worker(model_names: list[str], out_dir: str, negative_controls: bool = True) -> None:
+    "The torchrun entry: each model in turn; rank 0 writes `<out_dir>/<model>.json` (an error and its traceback if it broke)."
+    import gc
+    warnings.filterwarnings("ignore")
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=300))
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
+    if cuda: torch.cuda.set_device(device)
+    else: torch.set_num_threads(1)
+    cpu_compat.apply(cpu=not cuda)
+    from torchtitan.distributed.utils import set_spmd_backend
+    set_spmd_backend("partial_dtensor")
+    for name in model_names:
+        try: res = model_results(name, device, negative_controls)
+        except Exception as e:  # the same code on every rank: each rank fails at the same place and moves on
+            res = dict(model=name, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc().splitlines()[-15:])
+        if dist.get_rank() == 0:
+            with open(os.path.join(out_dir, f"{name}.json"), "w") as f: json.dump(res, f, default=str)
+        dist.barrier()
+        gc.collect()
     dist.destroy_process_group()
 
 #| export
 if __name__ == "__main__" and sys.argv[0].endswith("parallelism.py"):  # run by torchrun as `-m moe_bench.parallelism`, not a notebook
     _args = argparse.ArgumentParser()
-    _args.add_argument("--model", required=True)
-    _args.add_argument("--out", required=True)
+    _args.add_argument("--models", required=True, help="comma-separated model types")
+    _args.add_argument("--out-dir", required=True)
     _args.add_argument("--no-negative-controls", action="store_true")
     _a = _args.parse_args()
-    worker(_a.model, _a.out, not _a.no_negative_controls)
+    worker(_a.models.split(","), _a.out_dir, not _a.no_negative_controls)
 
 # %% ../nbs/04_parallelism.ipynb #af636678
-def launch_worker(model: str, out_path: str, nproc: int = WORLD, negative_controls: bool = True, timeout_s: int = 900) -> tuple[int, str, float]:
-    "Run the worker under torchrun; (exit code, output tail, wall seconds)."
+MODELS_PER_LAUNCH = 6  # every configuration builds new meshes whose gloo groups keep their threads: ~50 per model, so bounded
+
+def launch_worker(models: list[str], out_dir: str, nproc: int = WORLD, negative_controls: bool = True,
+                  timeout_s: int | None = None) -> tuple[int, str, float]:
+    "Run the worker for `models` under one torchrun; (exit code, output tail, wall seconds)."
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "moe_bench.parallelism", "--model", model, "--out", out_path] + ([] if negative_controls else ["--no-negative-controls"])
+           "-m", "moe_bench.parallelism", "--models", ",".join(models), "--out-dir", out_dir]
+    cmd += [] if negative_controls else ["--no-negative-controls"]
+    timeout_s = timeout_s or 600 + 240 * len(models)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     start = time.perf_counter()
     try: run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
@@ -243,24 +262,44 @@ def _summary(c: dict) -> dict:
                 max_grad_diff=max((s["max_grad_diff"] for s in steps), default=None), wall_s=c["wall_s"],
                 error=c.get("error"), root_cause=c.get("root_cause"), note=c.get("note"), steps=steps)
 
-def parallelism_phase(model: str, out_dir: str = "", negative_controls: bool = True) -> dict:
-    "Phase 4 record for `model`."
-    from moe_bench.probe import probe_model
-    probe = probe_model(model)  # NO_MOE, UNSUPPORTED and BLOCKED are statuses of its record, not exceptions
-    if probe["status"] not in ("PASS", "WARN"):
-        why = probe.get("reason") or "; ".join(probe.get("issues") or [])
-        return phase_record(model, "parallelism", probe["status"], reason=f"phase 1 did not pass: {why}")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "results.json")
-        rc, tail, wall = launch_worker(model, out, negative_controls=negative_controls)
-        if rc != 0 or not os.path.exists(out):
-            return phase_record(model, "parallelism", "ERROR", error=f"torchrun exit {rc}", output_tail=tail, launch_wall_s=round(wall, 1))
-        res = json.load(open(out))
-    res.pop("model")
+def _record(model: str, res: dict, launch: dict) -> dict:
+    "A model's phase 4 record from the worker's results."
+    if "error" in res:  # NotImplementedError: the model's MoE is one neither the core nor an extension expresses
+        return phase_record(model, "parallelism", "BLOCKED" if res["error"].startswith("NotImplementedError") else "ERROR",
+                            error=res["error"], traceback=res["traceback"], launch=launch)
+    res = {k: v for k, v in res.items() if k != "model"}
     configs = [_summary(c) for c in res.pop("configs")]
     controls = res.pop("negative_controls")
     status = worst_status(*[c["status"] for c in configs], *["PASS" if c["caught"] else "FAIL" for c in controls])
     return phase_record(model, "parallelism", status, configs=configs,
                         negative_controls=[dict(name=c["name"], expected=c["expected"], caught_by=c["caught_by"], caught=c["caught"],
                                                 status=c["status"], error=c.get("error"), wall_s=c["wall_s"]) for c in controls],
-                        launch_wall_s=round(wall, 1), **res)
+                        launch=launch, **res)
+
+def parallelism_batch(models: list[str], negative_controls: bool = True) -> dict[str, dict]:
+    "Phase 4 records of `models`, all run in one torchrun launch (on CPU its startup costs more than a model's runs)."
+    from moe_bench.probe import probe_model
+    records, runnable = {}, []
+    for m in models:
+        try: probe = probe_model(m)  # NO_MOE, UNSUPPORTED and BLOCKED are statuses of its record, not exceptions
+        except Exception as e:
+            records[m] = phase_record(m, "parallelism", "ERROR", error=f"phase 1 raised {type(e).__name__}: {e}",
+                                      traceback=traceback.format_exc().splitlines()[-15:]); continue
+        if probe["status"] in ("PASS", "WARN") or (probe["status"] == "BLOCKED" and (probe.get("block") or {}).get("level") == "layer"):
+            runnable.append(m); continue  # a layer-level MoE runs with the LayerMoE prototype where it applies (the worker checks)
+        why = probe.get("reason") or "; ".join(probe.get("issues") or [])
+        records[m] = phase_record(m, "parallelism", probe["status"], reason=f"phase 1 did not pass: {why}")
+    for chunk in [runnable[i:i + MODELS_PER_LAUNCH] for i in range(0, len(runnable), MODELS_PER_LAUNCH)]:
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, tail, wall = launch_worker(chunk, tmp, negative_controls=negative_controls)
+            launch = dict(models=len(chunk), wall_s=round(wall, 1), exit_code=rc)
+            for m in chunk:
+                path = os.path.join(tmp, f"{m}.json")
+                records[m] = (_record(m, json.load(open(path)), launch) if os.path.exists(path) else
+                              phase_record(m, "parallelism", "ERROR", error=f"torchrun exit {rc} before this model's results",
+                                           output_tail=tail, launch=launch))
+    return {m: records[m] for m in models}
+
+def parallelism_phase(model: str, negative_controls: bool = True) -> dict:
+    "Phase 4 record for `model`."
+    return parallelism_batch([model], negative_controls)[model]

@@ -18,9 +18,17 @@ __all__ = ['CONFIG_FIELDS', 'config_fields', 'probe_model', 'compatibility_repor
 CONFIG_FIELDS = ("model_type", "hidden_size", "intermediate_size", "moe_intermediate_size",
                  "num_attention_heads", "num_key_value_heads", "num_hidden_layers")
 
+def _field(config, key: str):
+    try: return getattr(config, key, None)
+    except AttributeError: return None
+    except Exception as e:  # e.g. transformers' AmbiguousGlobalPerLayerAttributeError: the value differs per layer
+        if "per-layer" not in str(e): raise
+        return [getattr(c, key, None) for c in config.per_layer_config.values()] if isinstance(config.per_layer_config, dict) else \
+               [getattr(c, key, None) for c in config.per_layer_config]
+
 def config_fields(config) -> dict:
-    "The config fields the spec's probe records (None where the config has no such field)."
-    return {k: getattr(config, k, None) for k in CONFIG_FIELDS}
+    "The config fields the spec's probe records (None where the config has no such field; a list where it varies per layer)."
+    return {k: _field(config, k) for k in CONFIG_FIELDS}
 
 # %% ../nbs/01_probe.ipynb #e1aec3b8
 def probe_model(model: str, # model type or local config folder

@@ -28,9 +28,9 @@ def _ffn_config(dim: int, hidden_dim: int) -> dict:
                 w2=Linear.Config(in_features=hidden_dim, out_features=dim),
                 w3=Linear.Config(in_features=dim, out_features=hidden_dim))
 
-def titan_moe_config(probe: MoEProbe) -> MoE.Config:
-    "torchtitan `MoE.Config` computing what the probed HF block computes."
-    if probe.issues: raise NotImplementedError(f"torchtitan's MoE cannot express this block: {'; '.join(probe.issues)}")
+def titan_moe_config(probe: MoEProbe, check: bool = True) -> MoE.Config:
+    "torchtitan `MoE.Config` computing what the probed HF block computes (`check=False`: an extension builds on it anyway)."
+    if check and probe.issues: raise NotImplementedError(f"torchtitan's MoE cannot express this block: {'; '.join(probe.issues)}")
     D, E, K = probe.hidden_size, probe.num_experts, probe.top_k
     router = TokenChoiceTopKRouter.Config(
         num_experts=E, gate=Linear.Config(in_features=D, out_features=E, bias=probe.router_bias is not None),
@@ -96,6 +96,11 @@ def swap_titan_moe(model: nn.Module, config) -> dict[int, MoEProbe]:
         if attr is None: continue
         hf_block = moe_block(layer)
         probes[i] = probe_moe_block(hf_block, config)
+        if probes[i].level == "layer":  # router and experts beside the dense MLP: only the prototype `LayerMoE` expresses it
+            from moe_bench.extensions import build_layer_moe, layer_moe_applies, swap_layer_moe
+            if not layer_moe_applies(layer, probes[i]): raise NotImplementedError("; ".join(probes[i].issues))
+            swap_layer_moe(layer, build_layer_moe(layer, probes[i]), probes[i])
+            continue
         titan = build_titan_moe(hf_block, probes[i])  # loaded with assign=True: it keeps the HF dtype
         titan.__class__ = ContiguousMoE
         setattr(layer, attr, titan)

@@ -21,7 +21,7 @@ from .hf import UnknownModelError, real_config
 # %% auto #0
 __all__ = ['NBS_DIR', 'PHASES', 'GOOD', 'NOT_APPLICABLE', 'REPORT_TEMPLATE', 'phase_notebook', 'parse_phases',
            'declared_parameters', 'validate_parameters', 'report_cells', 'render_html', 'run_notebook', 'run_model',
-           'summary_line', 'exit_code', 'run_all', 'save_and_return', 'main']
+           'summary_line', 'exit_code', 'run_all', 'run_all_parallelism', 'save_and_return', 'main']
 
 # %% ../nbs/06_runner.ipynb #da60c973
 NBS_DIR = REPO_ROOT / "nbs"
@@ -198,6 +198,21 @@ def run_all(out_dir: str = "", models: list[str] | None = None, progress: bool =
     write_docs(out_dir)
     return results
 
+def run_all_parallelism(out_dir: str = "", models: list[str] | None = None, progress: bool = True) -> dict[str, list[dict]]:
+    "Phase 4 for every discovered MoE model, in one torchrun launch; returns records by model."
+    from moe_bench.compat_doc import write_docs
+    from moe_bench.coverage import moe_model_candidates, out_of_scope
+    from moe_bench.parallelism import parallelism_batch
+    models = list(models or moe_model_candidates())
+    results = {m: [save_and_return(phase_record(m, "parallelism", "UNSUPPORTED", reason=r), out_dir)]
+               for m in models if (r := out_of_scope(m))}
+    rest = [m for m in models if m not in results]
+    if progress: print(f"[all] phase 4: {len(rest)} models in one torchrun launch ...", flush=True)
+    for m, rec in parallelism_batch(rest).items():
+        results[m] = [save_and_return(rec, out_dir)]
+    write_docs(out_dir)
+    return {m: results[m] for m in models}
+
 def save_and_return(rec: dict, out_dir: str) -> dict:
     save_record(rec, out_dir)
     return rec
@@ -209,13 +224,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run phases of the workflow for one model")
     run.add_argument("model", nargs="?", help="model type (e.g. qwen3_moe) or a local folder holding config.json")
-    run.add_argument("--all", action="store_true", help="every MoE model type found in transformers (phases 1-3 in one process)")
-    run.add_argument("--phases", default="1-4", help="phases to run: 1,2,4 or 1-3 (default 1-4; --all runs 1-3)")
+    run.add_argument("--all", action="store_true", help="every MoE model type found in transformers (phases 1-3 in one process; "
+                     "with --phases 4, phase 4 in one torchrun launch)")
+    run.add_argument("--phases", default=None, help="phases to run: 1,2,4 or 1-3 (default 1-4; with --all 1-3)")
     run.add_argument("--out", default="", help="reports root (default reports/ in the repo, or $MOE_BENCH_REPORTS)")
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
     args = parser.parse_args(argv)
     if args.all:
-        results = run_all(args.out, progress=not args.no_progress)
+        try: phases = parse_phases(args.phases or "1-3")
+        except ValueError as e:
+            print(f"moe-bench: {e}", file=sys.stderr)
+            return 2
+        results = run_all(args.out, progress=not args.no_progress) if set(phases) & {1, 2, 3} else {}
+        if 4 in phases:
+            for m, recs in run_all_parallelism(args.out, progress=not args.no_progress).items(): results[m] = results.get(m, []) + recs
         worst = {m: worst_status(*(r["status"] for r in recs)) for m, recs in results.items()}
         for m, st in worst.items(): print(f"{m:<28} {st}")
         print(f"index: {reports_root(args.out) / 'index.html'}")
@@ -224,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         print("moe-bench: name a model, or use --all", file=sys.stderr)
         return 2
     try:
-        phases = parse_phases(args.phases)
+        phases = parse_phases(args.phases or "1-4")
         real_config(args.model)
     except (UnknownModelError, ValueError) as e:
         print(f"moe-bench: {e}", file=sys.stderr)

@@ -112,9 +112,12 @@ def model_plan(model: nn.Module) -> Plan:
     if isinstance(getattr(model, "lm_head", None), nn.Linear): entries.append(("lm_head", S("lm_head"), None))
     modes = set()
     for layer in decoder_layers(model):
+        if _has_own_state(layer):  # tensors on the layer itself (gemma4's layer_scalar): replicated DTensors, no hooks
+            entries.append((names[id(layer)], S("replicate", mode="dtensor_state"), None))
         for n, child in layer.named_children():
             full = f"{names[id(layer)]}.{n}"
-            if isinstance(child, MoE): entries += _moe_entries(full, child)
+            inner = child if isinstance(child, MoE) else next((m for m in child.modules() if isinstance(m, MoE)), None)
+            if inner is not None: entries += _moe_entries(names[id(inner)], inner)  # also a MoE inside an adapter (layer-level)
             elif _is_norm(child, hidden): entries.append((full, S("norm_sp", dim=1), None))
             elif set(DENSE_MLP) <= {c for c, _ in child.named_children()}:
                 entries += [(full, S("gather_input"), None), (f"{full}.gate_proj", S("colwise", local=True), None),
@@ -168,7 +171,7 @@ def check_plan(model: nn.Module, plan: Plan, tp: bool = True, hf_tp_plan: dict |
             unplanned += owned[mname]
             problems.append(f"{mname}: boundary spec {spec} on a module holding {owned[mname]}")
         if tp and spec.kind == "unshardable": problems.append(f"{mname}: cannot be sharded under TP: {spec.opt('reason')}")
-        if role_rules and spec.kind == "replicate" and spec.opt("mode") != "dtensor":
+        if role_rules and spec.kind == "replicate" and spec.opt("mode") not in ("dtensor", "dtensor_state"):
             trainable = [f"{mname}.{n}" for n, p in mod.named_parameters(recurse=False) if p.requires_grad]
             if trainable: problems.append(f"{mname}: replicate(mode={spec.opt('mode')}) on trainable {trainable}: "
                                           "each TP rank would keep only its own share of their gradient")
@@ -179,7 +182,8 @@ def check_plan(model: nn.Module, plan: Plan, tp: bool = True, hf_tp_plan: dict |
                 ours = spec.kind if spec.kind != "replicate" else f"replicate:{spec.opt('mode')}"
                 if hf_kind in HF_KIND_AGREES and fnmatch.fnmatchcase(mname, base_prefix + hf_pattern) and ours not in HF_KIND_AGREES[hf_kind]:
                     problems.append(f"{mname}: plan says {spec}, HF's base_model_tp_plan says {hf_kind!r}")
-    if unplanned: problems.insert(0, f"{len(unplanned)} parameter(s)/buffer(s) without a sharding config: {', '.join(unplanned)}")
+    if unplanned and tp:  # without TP, FSDP's own sharding (every parameter on dim 0) is each tensor's config
+        problems.insert(0, f"{len(unplanned)} parameter(s)/buffer(s) without a sharding config: {', '.join(unplanned)}")
     if problems: raise PlanError(f"sharding plan {plan.name!r} refused:\n  - " + "\n  - ".join(problems))
     return resolved
 
@@ -195,7 +199,10 @@ def parallel_test_model(model: str, layers: int = 2, seed: int = 0) -> tuple[nn.
     overrides = synthetic_overrides(real, layers, small=True)
     if "first_k_dense_replace" in overrides: overrides["first_k_dense_replace"] = 1  # a dense layer first: its plan is exercised too
     cfg = _build(real, overrides)
-    hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    try: hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    except ValueError as e:  # a family without SDPA support runs HF's eager attention
+        if "scaled_dot_product_attention" not in str(e): raise
+        hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="eager")
     randomize_(hf, seed=seed, std=cfg.initializer_range)
     return hf, cfg, swap_titan_moe(hf, cfg)
 
@@ -211,6 +218,7 @@ def _style(spec: Spec):
     if k == "lm_head": return ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True)
     if k == "replicate":
         if spec.opt("mode") == "dtensor": return NoParallel(use_local_output=False)
+        if spec.opt("mode") == "dtensor_state": return _ReplicateOwnState()
         if spec.opt("mode") == "dtensor_outputs":
             n = spec.opt("outputs", 2)
             layouts = Replicate() if n == 1 else (Replicate(),) * n
@@ -221,6 +229,15 @@ def _style(spec: Spec):
         if kw: return PrepareModuleInput(input_kwarg_layouts={kw: Shard(1)}, desired_input_kwarg_layouts={kw: Replicate()}, use_local_output=local)
         return PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=local)
     raise ValueError(f"no ParallelStyle for {spec}")
+
+class _ReplicateOwnState:
+    "A module's own parameters and buffers (not its children's) become Replicate DTensors on the TP mesh; no hooks."
+    def apply(self, module: nn.Module, mesh) -> None:
+        from torch.distributed.tensor import distribute_tensor
+        for n, p in list(module.named_parameters(recurse=False)):
+            module.register_parameter(n, nn.Parameter(distribute_tensor(p.data, mesh, [Replicate()]), requires_grad=p.requires_grad))
+        for n, b in list(module.named_buffers(recurse=False)):
+            if b is not None: module.register_buffer(n, distribute_tensor(b, mesh, [Replicate()]), persistent=n not in module._non_persistent_buffers_set)
 
 LOCAL_MAP_ATTENTION = "moe_bench_tp_local_map_sdpa"
 
@@ -253,17 +270,23 @@ def apply_model_parallel(model: nn.Module, plan: Plan, resolved: dict[str, Spec]
     from torchtitan.models.qwen3.sharding import _GROUPED_EXPERTS_PARAM_LAYOUT
     tp_mesh, ep, tp = parallel_dims.get_optional_mesh("tp"), parallel_dims.ep_enabled, parallel_dims.tp_enabled
     modules, summary = dict(model.named_modules()), dict(styles={}, titan={})
+    tied = isinstance(getattr(model, "lm_head", None), nn.Linear) and model.lm_head.weight is embeddings(model).weight
     if tp:
         for mname, spec in resolved.items():
             style = None if spec.kind == "titan_moe" else _style(spec)
             if style is None: continue
-            parallelize_module(modules[mname], tp_mesh, style)
+            if isinstance(style, _ReplicateOwnState): style.apply(modules[mname], tp_mesh)
+            else: parallelize_module(modules[mname], tp_mesh, style)
             summary["styles"][mname] = type(style).__name__
         if plan.attention == "local_map": model.config._attn_implementation = register_local_map_attention()
+        if tied:  # each style made its own Parameter; both shard the vocab dim (Shard(0)), so one tensor serves both again
+            model.lm_head.weight = embeddings(model).weight
     moe_names = {n: m for n, m in modules.items() if isinstance(m, MoE)}
     for (mname, moe), probe in zip(moe_names.items(), probes.values()):
-        cfg = titan_moe_config(probe)
+        from moe_bench.extensions import LayerMoE, layer_moe_sharding
+        cfg = titan_moe_config(probe, check=not isinstance(moe, LayerMoE))
         set_moe_sharding_config(cfg, enable_ep=ep, enable_sp=tp, expert_param_layout=_GROUPED_EXPERTS_PARAM_LAYOUT)
+        if isinstance(moe, LayerMoE): layer_moe_sharding(cfg)  # the prototype's own tensors get their TP layout too
         for suffix, mod, sub in _titan_config_tree(moe, cfg):
             if sub.sharding_config is not None: mod._sharding_config = sub.sharding_config
             if _has_own_state(mod) and sub.sharding_config is None and tp:  # without TP such a module is simply replicated
@@ -287,10 +310,13 @@ def apply_fsdp(model: nn.Module, parallel_dims) -> str:
     dp_mesh = parallel_dims.get_mesh(dp_names)
     edp_mesh = (parallel_dims.get_optional_mesh(["dp_replicate", "efsdp"] if parallel_dims.dp_replicate_enabled else ["efsdp"])
                 if parallel_dims.ep_enabled else None)
-    fully_shard(embeddings(model), mesh=dp_mesh, reshard_after_forward=True)
-    fully_shard([final_norm(model), model.lm_head], mesh=dp_mesh, reshard_after_forward=False)
+    if model.lm_head.weight is embeddings(model).weight:  # tied: one tensor, so one FSDP group (the root's) holds it
+        fully_shard(final_norm(model), mesh=dp_mesh, reshard_after_forward=False)
+    else:
+        fully_shard(embeddings(model), mesh=dp_mesh, reshard_after_forward=True)
+        fully_shard([final_norm(model), model.lm_head], mesh=dp_mesh, reshard_after_forward=False)
     for layer in decoder_layers(model):
-        moe = next((m for m in layer.children() if isinstance(m, MoE)), None)
+        moe = next((m for m in layer.modules() if isinstance(m, MoE)), None)
         if moe is None:
             fully_shard(layer, mesh=dp_mesh, reshard_after_forward=True); continue
         experts = moe.routed_experts.inner_experts

@@ -36,6 +36,9 @@ def test_small_width_coverage(model):
     assert rec["status"] in ("PASS", "WARN", "BLOCKED", "UNSUPPORTED"), (rec["status"], rec.get("error") or rec.get("gap_final"))
     if rec["status"] == "BLOCKED":
         assert rec["issues"] and all(":" in i for i in rec["issues"])  # each names what the core lacks
+        if rec["block"].get("level") == "layer":  # router and experts beside the dense MLP: the LayerMoE prototype
+            assert (rec["status_with_extension"] or "").startswith("PASS with extension layer_moe"), rec["extensions"]
+            assert all(e["negative_control_caught"] and e["roundtrip"] == "PASS" for e in rec["extensions"])
     if rec["status"] in ("PASS", "WARN"):
         assert rec["roundtrip"]["max_diff"] == 0.0 and not rec["roundtrip"]["missing"] and not rec["roundtrip"]["unexpected"]
         assert rec["gap_final_max_diff"] == 0.0, rec["gap_final"]

@@ -1,12 +1,21 @@
-"""Phase 4 on DeepSeek-V3 (MLA attention, group routing, shared experts, a dense first layer): every configuration
-matches one process, and the wrong plans are caught. qwen3_moe's phase 4 runs in test_runs (moe-bench run)."""
-from moe_bench.parallelism import CONFIG_NAMES, parallelism_phase
+"""Phase 4 on DeepSeek-V3 (MLA attention, group routing, shared experts, a dense first layer) and on gemma4 (a
+layer-level MoE, run through the `LayerMoE` prototype), both in one torchrun launch: every configuration is checked
+against one process, and the wrong plans are caught. qwen3_moe's phase 4 runs in test_runs (moe-bench run)."""
+import pytest
+
+from moe_bench.parallelism import CONFIG_NAMES, parallelism_batch, parallelism_phase
 
 
-def test_deepseek_v3_parallel_parity():
-    rec = parallelism_phase("deepseek_v3")
+@pytest.fixture(scope="module")
+def records():
+    return parallelism_batch(["deepseek_v3", "gemma4"])
+
+
+def test_deepseek_v3_parallel_parity(records):
+    rec = records["deepseek_v3"]
     assert rec["status"] == "PASS", rec.get("error") or rec.get("output_tail") or [(c["name"], c["error"]) for c in rec["configs"]]
     assert rec["backend"] == "gloo" and rec["world_size"] == 4 and rec["plan_attention"] == "local_map"
+    assert rec["launch"]["models"] == 2 and rec["extension"] is None
     configs = {c["name"]: c for c in rec["configs"]}
     assert tuple(configs) == CONFIG_NAMES
     assert configs["TP"]["mesh"]["tp"] == 4 and configs["FSDP+EP"]["mesh"]["ep"] == 4
@@ -17,6 +26,20 @@ def test_deepseek_v3_parallel_parity():
     controls = {c["expected"]: c for c in rec["negative_controls"]}
     assert controls["setup check"]["caught"] and "post_attention_layernorm.weight" in controls["setup check"]["error"]
     assert controls["parity check"]["caught"] and controls["parity check"]["status"] == "FAIL"
+
+
+def test_layer_level_moe_runs_with_its_prototype(records):
+    "gemma4's router and experts sit beside the dense MLP: the LayerMoE prototype carries them, its tensors sharded too."
+    rec = records["gemma4"]
+    assert rec["extension"] and rec["extension"].startswith("layer_moe"), rec.get("error")
+    configs = {c["name"]: c for c in rec["configs"]}
+    assert tuple(configs) == CONFIG_NAMES
+    for name in ("FSDP", "FSDP+EP", "TP"):  # FSDP+TP+EP: see the notebook's measured limits of the tolerance
+        assert configs[name]["status"] == "PASS", (name, configs[name]["error"])
+    for c in configs.values():  # every configuration ran both steps and compared every gradient, whatever its verdict
+        assert len(c["steps"]) == 2 and all(s["params_compared"] > 40 for s in c["steps"])
+        assert c["steps"][0]["tracked"]["router"]["param"].endswith("experts.moe.router.gate.weight")
+    assert all(c["caught"] for c in rec["negative_controls"]) and len(rec["negative_controls"]) == 3
 
 
 def test_blocked_model_is_recorded_without_a_launch():

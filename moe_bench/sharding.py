@@ -19,8 +19,8 @@ from .hf import decoder, decoder_layers, embeddings, final_norm
 
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'DENSE_MLP', 'HF_KIND_AGREES', 'LOCAL_MAP_ATTENTION', 'Spec',
-           'S', 'Plan', 'PlanError', 'model_plan', 'check_plan', 'parallel_test_model', 'register_local_map_attention',
-           'apply_model_parallel', 'apply_fsdp']
+           'S', 'Plan', 'PlanError', 'model_plan', 'check_plan', 'DecoderWithLMHead', 'parallel_test_model',
+           'register_local_map_attention', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #1a8bae84
 STATE_KINDS = ("embedding", "colwise", "rowwise_sp", "norm_sp", "replicate", "lm_head", "titan_moe", "unshardable")
@@ -167,7 +167,7 @@ def check_plan(model: nn.Module, plan: Plan, tp: bool = True, hf_tp_plan: dict |
         (_, _, spec), = hits
         resolved[mname] = spec
         if spec.kind in STATE_KINDS and mname not in owned: problems.append(f"{mname}: state spec {spec} on a module without state")
-        if spec.kind in BOUNDARY_KINDS and mname in owned:
+        if tp and spec.kind in BOUNDARY_KINDS and mname in owned:  # a TP concern: without TP no boundary is applied
             unplanned += owned[mname]
             problems.append(f"{mname}: boundary spec {spec} on a module holding {owned[mname]}")
         if tp and spec.kind == "unshardable": problems.append(f"{mname}: cannot be sharded under TP: {spec.opt('reason')}")
@@ -188,6 +188,17 @@ def check_plan(model: nn.Module, plan: Plan, tp: bool = True, hf_tp_plan: dict |
     return resolved
 
 # %% ../nbs/04b_sharding.ipynb #4a6cb3f9
+class DecoderWithLMHead(nn.Module):
+    "A bare HF text decoder with a linear LM head: the training harness for text configs whose family has no causal-LM class."
+    def __init__(self, decoder: nn.Module, config):
+        super().__init__()
+        self.model, self.config = decoder, decoder.config
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def forward(self, input_ids: torch.Tensor):
+        from types import SimpleNamespace
+        return SimpleNamespace(logits=self.lm_head(self.model(input_ids=input_ids).last_hidden_state))
+
 def parallel_test_model(model: str, layers: int = 2, seed: int = 0) -> tuple[nn.Module, object, dict]:
     "The small float32 HF model of `model` (`layers` layers, random weights) with Titan's MoE swapped in; its config and probes."
     from transformers import AutoModelForCausalLM
@@ -200,9 +211,13 @@ def parallel_test_model(model: str, layers: int = 2, seed: int = 0) -> tuple[nn.
     if "first_k_dense_replace" in overrides: overrides["first_k_dense_replace"] = 1  # a dense layer first: its plan is exercised too
     cfg = _build(real, overrides)
     try: hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    except ValueError as e:  # a family without SDPA support runs HF's eager attention
-        if "scaled_dot_product_attention" not in str(e): raise
-        hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="eager")
+    except ValueError as e:
+        if "scaled_dot_product_attention" in str(e):  # a family without SDPA support runs HF's eager attention
+            hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="eager")
+        elif "Unrecognized configuration class" in str(e):  # a VL/omni text config: its decoder plus a linear LM head
+            from moe_bench.hf import _text_model_class
+            hf = DecoderWithLMHead(_text_model_class(cfg)(cfg).float(), cfg)
+        else: raise
     randomize_(hf, seed=seed, std=cfg.initializer_range)
     return hf, cfg, swap_titan_moe(hf, cfg)
 

@@ -34,7 +34,7 @@ def _grouped_experts_forward_input_dtype(self, x_RD: torch.Tensor, num_tokens_pe
     return self._grouped_mm(A=h_RF, B_t=w2_EDF.to(dtype).transpose(-2, -1), offs=offsets_E).type_as(x_RD)
 
 def apply(cpu: bool = True) -> list[dict]:
-    "Install adaptations 2 and, on `cpu`, 1 (idempotent); returns what is installed and why."
+    "Install adaptation 2 (for GroupedExperts and moe_bench's GELU-tanh subclass) and, on `cpu`, 1 (idempotent); what is installed and why."
     if _ORIGINALS: return describe()
     import torchtitan.distributed.parallel_dims as parallel_dims
     from torchtitan.models.common.moe import GroupedExperts

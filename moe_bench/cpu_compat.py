@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.tensor import DTensor
+
+from .extensions import GeluTanhGroupedExperts, grouped_gated_mlp
 
 # %% auto #0
 __all__ = ['apply', 'revert', 'describe', 'sum_reductions_for_gloo']
@@ -24,14 +25,7 @@ def _patch(obj, name: str, value, what: str, why: str) -> None:
 
 def _grouped_experts_forward_input_dtype(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
     "torchtitan 0.3.0's `GroupedExperts.forward` with `.bfloat16()` replaced by the input's dtype."
-    w1_EFD, w2_EDF, w3_EFD = self.w1_EFD, self.w2_EDF, self.w3_EFD
-    if isinstance(w1_EFD, DTensor):  # as upstream: EP/TP-sharded weights are used through their local shards
-        w1_EFD, w2_EDF, w3_EFD = w1_EFD.to_local(), w2_EDF.to_local(), w3_EFD.to_local()
-    dtype = x_RD.dtype
-    offsets_E = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
-    h_RF = F.silu(self._grouped_mm(A=x_RD, B_t=w1_EFD.to(dtype).transpose(-2, -1), offs=offsets_E))
-    h_RF = h_RF * self._grouped_mm(A=x_RD, B_t=w3_EFD.to(dtype).transpose(-2, -1), offs=offsets_E)
-    return self._grouped_mm(A=h_RF, B_t=w2_EDF.to(dtype).transpose(-2, -1), offs=offsets_E).type_as(x_RD)
+    return grouped_gated_mlp(self, x_RD, num_tokens_per_expert_E, F.silu, x_RD.dtype)
 
 def apply(cpu: bool = True) -> list[dict]:
     "Install adaptation 2 (for GroupedExperts and moe_bench's GELU-tanh subclass) and, on `cpu`, 1 (idempotent); what is installed and why."
@@ -42,7 +36,6 @@ def apply(cpu: bool = True) -> list[dict]:
                    "tools.utils falls back to 'cuda' without an accelerator; ParallelDims.build_mesh() builds its meshes on it")
     _patch(GroupedExperts, "forward", _grouped_experts_forward_input_dtype, "experts compute in the input dtype",
            "upstream casts to bfloat16 (CUDA's grouped GEMM is bf16-only); CPU torch._grouped_mm computes float32")
-    from moe_bench.extensions import GeluTanhGroupedExperts
     _patch(GeluTanhGroupedExperts, "compute_in_input_dtype", True, "the gelu_tanh_experts prototype computes in the input dtype",
            "the same adaptation for moe_bench's GroupedExperts subclass, which follows upstream's bfloat16 otherwise")
     return describe()

@@ -23,8 +23,9 @@ from .synth import synthetic_config
 
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'DTYPES', 'verdict', 'output_metrics', 'hf_router_gate_float32', 'capture_topk_ids',
-           'routing_agreement', 'synthetic_moe_block', 'moe_input', 'compare_moe_block', 'swap_gate_up',
-           'extension_check', 'with_extension', 'equivalence_phase', 'compare_layer_moe', 'layer_moe_check']
+           'routing_agreement', 'meta_moe_block', 'synthetic_moe_block', 'moe_input', 'compare_moe_block',
+           'swap_gate_up', 'extension_check', 'with_extension', 'equivalence_phase', 'compare_layer_moe',
+           'layer_moe_check']
 
 # %% ../nbs/03_equivalence.ipynb #5df969ef
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -88,13 +89,17 @@ def routing_agreement(hf_ids_TK: torch.Tensor | None, titan_ids_TK: torch.Tensor
     return same_T.double().mean().item()
 
 # %% ../nbs/03_equivalence.ipynb #898db808
+def meta_moe_block(config) -> tuple[nn.Module, MoEProbe]:
+    "The first MoE block of `config`'s model on the meta device (nothing allocated) and its probe."
+    meta = meta_model(config)
+    block = moe_block(decoder_layers(meta)[moe_layer_indices(meta)[0]])
+    return block, probe_moe_block(block, config)
+
 def synthetic_moe_block(config, # synthetic config
                         seed: int = 0,
                        ) -> tuple[nn.Module, MoEProbe, list[str]]:
     "The first MoE block of `config`'s model in float32 with random weights, its probe, and the tensors randomised."
-    meta = meta_model(config)
-    block = moe_block(decoder_layers(meta)[moe_layer_indices(meta)[0]])
-    probe = probe_moe_block(block, config)
+    block, probe = meta_moe_block(config)
     block.to_empty(device="cpu")
     randomized = randomize_(block, seed=seed, std=getattr(config, "initializer_range", 0.02))
     return block.float().eval(), probe, randomized
@@ -203,7 +208,6 @@ def compare_layer_moe(hf_model: nn.Module, probe: MoEProbe, dtype: torch.dtype, 
 
 def layer_moe_check(config, seed: int = 0) -> list[dict]:
     "The `extensions` entry of a layer-level MoE: bfloat16 and float32 verdicts with `LayerMoE`, its control and round trip."
-    from transformers import AutoModelForCausalLM
     from moe_bench.extensions import LAYER_MOE_CORE_CHANGES, build_layer_moe, export_layer_moe, layer_moe_applies, layer_moe_state
     from moe_bench.adapter import state_dict_diff
     from moe_bench.hf import _instantiate

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor.placement_types import _StridedShard
 from torchtitan.models.common.moe import GroupedExperts, MoE, TokenChoiceTopKRouter
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 from torchtitan.ops.scatter_add import deterministic_scatter_add
@@ -22,9 +23,9 @@ from .moe_probe import MoEProbe
 
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
-           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
-           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
-           'swap_layer_moe', 'layer_moe_sharding']
+           'NormScaledRouter', 'grouped_gated_mlp', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter',
+           'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe',
+           'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #f455e778
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -76,19 +77,27 @@ class NormScaledRouter(TokenChoiceTopKRouter):
         topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = super().forward(h_BLD, expert_bias_E)
         return topk_scores_BLK * self.per_expert_scale_E.float()[topk_expert_ids_BLK], topk_expert_ids_BLK, scores_BLE
 
+def grouped_gated_mlp(experts: GroupedExperts, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor,
+                      act: Callable[[torch.Tensor], torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    "torchtitan 0.3.0's `GroupedExperts.forward` with the activation and the compute dtype as arguments (upstream: SiLU, bfloat16)."
+    w1_EFD, w2_EDF, w3_EFD = experts.w1_EFD, experts.w2_EDF, experts.w3_EFD
+    if isinstance(w1_EFD, DTensor):  # as upstream: EP/TP-sharded weights are used through their local shards
+        w1_EFD, w2_EDF, w3_EFD = w1_EFD.to_local(), w2_EDF.to_local(), w3_EFD.to_local()
+    x_RD_c = x_RD.to(dtype)
+    offsets_E = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
+    h_RF = act(experts._grouped_mm(A=x_RD_c, B_t=w1_EFD.to(dtype).transpose(-2, -1), offs=offsets_E))
+    h_RF = h_RF * experts._grouped_mm(A=x_RD_c, B_t=w3_EFD.to(dtype).transpose(-2, -1), offs=offsets_E)
+    return experts._grouped_mm(A=h_RF, B_t=w2_EDF.to(dtype).transpose(-2, -1), offs=offsets_E).type_as(x_RD)
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor: return F.gelu(x, approximate="tanh")
+
 class GeluTanhGroupedExperts(GroupedExperts):
     "Prototype of the core change: `GroupedExperts` with a GELU(tanh)-gated activation instead of the hard-coded SiLU."
     compute_in_input_dtype = False  # upstream computes in bfloat16; `cpu_compat` sets True, as it does for GroupedExperts
 
     def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
-        w1_EFD, w2_EDF, w3_EFD = self.w1_EFD, self.w2_EDF, self.w3_EFD
-        if isinstance(w1_EFD, DTensor): w1_EFD, w2_EDF, w3_EFD = w1_EFD.to_local(), w2_EDF.to_local(), w3_EFD.to_local()
         dtype = x_RD.dtype if self.compute_in_input_dtype else torch.bfloat16
-        x_RD_c = x_RD.to(dtype)
-        offsets_E = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
-        h_RF = F.gelu(self._grouped_mm(A=x_RD_c, B_t=w1_EFD.to(dtype).transpose(-2, -1), offs=offsets_E), approximate="tanh")
-        h_RF = h_RF * self._grouped_mm(A=x_RD_c, B_t=w3_EFD.to(dtype).transpose(-2, -1), offs=offsets_E)
-        return self._grouped_mm(A=h_RF, B_t=w2_EDF.to(dtype).transpose(-2, -1), offs=offsets_E).type_as(x_RD)
+        return grouped_gated_mlp(self, x_RD, num_tokens_per_expert_E, _gelu_tanh, dtype)
 
 class LayerMoE(MoE):
     "Prototype of the core change: an MoE whose experts read a normed input (the router reads it raw), with a norm on the routed output."
@@ -118,10 +127,10 @@ class LayerMoEAdapter(nn.Module):
         self.moe = moe
     def forward(self, hidden_states_TD, top_k_index=None, top_k_weights=None):
         x_TD = hidden_states_TD
-        strided = isinstance(x_TD, DTensor) and any(type(p).__name__ == "_StridedShard" for p in x_TD.placements)
+        strided = isinstance(x_TD, DTensor) and any(isinstance(p, _StridedShard) for p in x_TD.placements)
         if strided:  # under SP the layer flattens (B, L/tp, D) shards: tokens strided over ranks; the MoE takes plain token shards
             placements = x_TD.placements
-            x_TD = x_TD.redistribute(x_TD.device_mesh, [Shard(0) if type(p).__name__ == "_StridedShard" else p for p in placements])
+            x_TD = x_TD.redistribute(x_TD.device_mesh, [Shard(0) if isinstance(p, _StridedShard) else p for p in placements])
         out_TD = self.moe(x_TD.unsqueeze(0).contiguous()).squeeze(0)
         return out_TD.redistribute(out_TD.device_mesh, placements) if strided else out_TD
 

@@ -24,6 +24,7 @@ from torch.distributed.tensor import DTensor
 from torchtitan.models.common.moe import MoE
 
 from . import cpu_compat
+from .extensions import LayerMoE
 from .core import phase_record, refuse_undeclared_parameters, save_record, worst_status
 from .hf import decoder_layers
 from .sharding import (Plan, PlanError, S, apply_fsdp, apply_model_parallel, check_plan, model_plan,
@@ -202,7 +203,7 @@ def model_results(model_name: str, device: torch.device, negative_controls: bool
                 model_config={k: getattr(cfg, k, None) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads",
                               "num_key_value_heads", "head_dim", "moe_intermediate_size", "first_k_dense_replace")},
                 extension="layer_moe (prototypes router_norm_scales, gelu_tanh_experts, moe_io_norms)"
-                if any(type(m).__name__ == "LayerMoE" for m in base.modules()) else None,
+                if any(isinstance(m, LayerMoE) for m in base.modules()) else None,
                 tracked=tracked, cpu_adaptations=cpu_compat.describe(), plan=plan.as_json(), plan_attention=plan.attention,
                 tolerance=dict(rtol=RTOL, atol=ATOL, rtol_loss=RTOL_LOSS,
                                rule="|g - g_ref|max <= rtol max|g_ref| + atol for every parameter; |loss - loss_ref| <= rtol_loss |loss_ref|"),
@@ -280,18 +281,14 @@ def _record(model: str, res: dict, launch: dict) -> dict:
 
 def _small_config_runs(model: str) -> bool:
     "Whether the small synthetic config (the one phase 4 trains) builds and its MoE is one the core or `LayerMoE` expresses."
-    from moe_bench.hf import decoder_layers, meta_model, moe_block, moe_layer_indices
-    from moe_bench.moe_probe import probe_moe_block
+    from moe_bench.equivalence import meta_moe_block
     from moe_bench.synth import synthetic_config
-    try:
-        syn, _, _ = synthetic_config(model, small=True)
-        meta = meta_model(syn)
-        probe = probe_moe_block(moe_block(decoder_layers(meta)[moe_layer_indices(meta)[0]]), syn)
+    try: _, probe = meta_moe_block(synthetic_config(model, small=True)[0])
     except Exception: return False
     return not probe.issues or probe.level == "layer"
 
 def parallelism_batch(models: list[str], negative_controls: bool = True) -> dict[str, dict]:
-    "Phase 4 records of `models`, all run in one torchrun launch (on CPU its startup costs more than a model's runs)."
+    "Phase 4 records of `models`, up to `MODELS_PER_LAUNCH` per torchrun launch (on CPU its startup costs more than a model's runs)."
     from moe_bench.probe import probe_model
     records, runnable = {}, []
     for m in models:

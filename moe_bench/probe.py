@@ -23,8 +23,8 @@ def _field(config, key: str):
     except AttributeError: return None
     except Exception as e:  # e.g. transformers' AmbiguousGlobalPerLayerAttributeError: the value differs per layer
         if "per-layer" not in str(e): raise
-        return [getattr(c, key, None) for c in config.per_layer_config.values()] if isinstance(config.per_layer_config, dict) else \
-               [getattr(c, key, None) for c in config.per_layer_config]
+        layers = config.per_layer_config
+        return [getattr(c, key, None) for c in (layers.values() if isinstance(layers, dict) else layers)]
 
 def config_fields(config) -> dict:
     "The config fields the spec's probe records (None where the config has no such field; a list where it varies per layer)."

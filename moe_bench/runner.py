@@ -199,7 +199,7 @@ def run_all(out_dir: str = "", models: list[str] | None = None, progress: bool =
     return results
 
 def run_all_parallelism(out_dir: str = "", models: list[str] | None = None, progress: bool = True) -> dict[str, list[dict]]:
-    "Phase 4 for every discovered MoE model, in one torchrun launch; returns records by model."
+    "Phase 4 for every discovered MoE model, in as few torchrun launches as `parallelism_batch` allows; records by model."
     from moe_bench.compat_doc import write_docs
     from moe_bench.coverage import moe_model_candidates, out_of_scope
     from moe_bench.parallelism import parallelism_batch
@@ -207,7 +207,7 @@ def run_all_parallelism(out_dir: str = "", models: list[str] | None = None, prog
     results = {m: [save_and_return(phase_record(m, "parallelism", "UNSUPPORTED", reason=r), out_dir)]
                for m in models if (r := out_of_scope(m))}
     rest = [m for m in models if m not in results]
-    if progress: print(f"[all] phase 4: {len(rest)} models in one torchrun launch ...", flush=True)
+    if progress: print(f"[all] phase 4: {len(rest)} models, batched into torchrun launches ...", flush=True)
     for m, rec in parallelism_batch(rest).items():
         results[m] = [save_and_return(rec, out_dir)]
     write_docs(out_dir)
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run phases of the workflow for one model")
     run.add_argument("model", nargs="?", help="model type (e.g. qwen3_moe) or a local folder holding config.json")
     run.add_argument("--all", action="store_true", help="every MoE model type found in transformers (phases 1-3 in one process; "
-                     "with --phases 4, phase 4 in one torchrun launch)")
+                     "with --phases 4, phase 4 batched into torchrun launches)")
     run.add_argument("--phases", default=None, help="phases to run: 1,2,4 or 1-3 (default 1-4; with --all 1-3)")
     run.add_argument("--out", default="", help="reports root (default reports/ in the repo, or $MOE_BENCH_REPORTS)")
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")

@@ -297,8 +297,8 @@ def apply_model_parallel(model: nn.Module, plan: Plan, resolved: dict[str, Spec]
         if tied:  # each style made its own Parameter; both shard the vocab dim (Shard(0)), so one tensor serves both again
             model.lm_head.weight = embeddings(model).weight
     moe_names = {n: m for n, m in modules.items() if isinstance(m, MoE)}
+    from moe_bench.extensions import LayerMoE, layer_moe_sharding
     for (mname, moe), probe in zip(moe_names.items(), probes.values()):
-        from moe_bench.extensions import LayerMoE, layer_moe_sharding
         cfg = titan_moe_config(probe, check=not isinstance(moe, LayerMoE))
         set_moe_sharding_config(cfg, enable_ep=ep, enable_sp=tp, expert_param_layout=_GROUPED_EXPERTS_PARAM_LAYOUT)
         if isinstance(moe, LayerMoE): layer_moe_sharding(cfg)  # the prototype's own tensors get their TP layout too

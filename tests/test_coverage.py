@@ -6,9 +6,7 @@ import torch
 from moe_bench.adapter import TITAN_EXPERT_BIAS
 from moe_bench.compat_doc import compat_doc, index_html, load_records
 from moe_bench.coverage import coverage_check, moe_model_candidates
-from moe_bench.equivalence import compare_moe_block, synthetic_moe_block
-from moe_bench.hf import decoder_layers, meta_model, moe_block, moe_layer_indices
-from moe_bench.moe_probe import probe_moe_block
+from moe_bench.equivalence import compare_moe_block, meta_moe_block, synthetic_moe_block
 from moe_bench.synth import synthetic_config
 
 from conftest import REPO
@@ -53,9 +51,7 @@ def _bias_models():
     for m in CANDIDATES:
         if m in KNOWN_GAPS: continue
         try:
-            syn, _, _ = synthetic_config(m, small=True)
-            meta = meta_model(syn)
-            p = probe_moe_block(moe_block(decoder_layers(meta)[moe_layer_indices(meta)[0]]), syn)
+            _, p = meta_moe_block(synthetic_config(m, small=True)[0])
         except Exception:
             continue
         if p.score_bias and not p.issues: out.append(m)

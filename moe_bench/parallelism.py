@@ -32,8 +32,9 @@ from .sharding import (Plan, PlanError, S, apply_fsdp, apply_model_parallel, che
 
 # %% auto #0
 __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'MODELS_PER_LAUNCH',
-           'tp_degree', 'parallel_configs', 'make_batch', 'train_steps', 'compare_steps', 'run_config',
-           'negative_plans', 'model_results', 'worker', 'launch_worker', 'parallelism_batch', 'parallelism_phase']
+           'tp_degree', 'parallel_configs', 'make_batch', 'train_steps', 'reference_steps', 'compare_steps',
+           'run_config', 'negative_plans', 'model_results', 'worker', 'launch_worker', 'parallelism_batch',
+           'parallelism_phase']
 
 # %% ../nbs/04_parallelism.ipynb #5326f199
 SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1
@@ -64,24 +65,56 @@ def make_batch(cfg) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _full(t): return None if t is None else (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu().clone()
 
+def _loss(model, ids, labels, n_global_tokens: int):
+    "Summed cross-entropy over the local tokens divided by the global token count (every gradient reduction a sum)."
+    logits = model(input_ids=ids).logits
+    if isinstance(logits, DTensor): raise RuntimeError(f"logits left the model as a DTensor {logits.placements}")
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), reduction="sum") / n_global_tokens
+
 def train_steps(model, ids, labels, n_global_tokens: int, loss_group=None) -> list[dict]:
-    "`STEPS` x (forward, loss, backward, full gradients, SGD step): the loss and every gradient per step."
+    "`STEPS` x (full weights, forward, loss, backward, full gradients, SGD step): per step the weights it started from, the loss, every gradient."
     opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)
     model.train()
     out = []
     for _ in range(STEPS):
-        logits = model(input_ids=ids).logits
-        if isinstance(logits, DTensor): raise RuntimeError(f"logits left the model as a DTensor {logits.placements}")
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), reduction="sum") / n_global_tokens
+        weights = {n: _full(p) for n, p in model.named_parameters()}
+        loss = _loss(model, ids, labels, n_global_tokens)
         loss.backward()
         total = loss.detach().clone()
         if loss_group is not None: dist.all_reduce(total, group=loss_group)
-        out.append(dict(loss=total.item(), grads={n: _full(p.grad) for n, p in model.named_parameters()}))
+        out.append(dict(weights=weights, loss=total.item(), grads={n: _full(p.grad) for n, p in model.named_parameters()}))
         opt.step(); opt.zero_grad(set_to_none=True)
     return out
 
-def compare_steps(par: list[dict], ref: list[dict], tracked: dict[str, str]) -> tuple[bool, list[dict]]:
-    "Parity of a parallel run with the reference, per step: loss, every gradient, the tracked ones named."
+def reference_steps(base, par: list[dict], ids, labels) -> list[dict]:
+    "One process, each step started from the weights the parallel run started that step with: the loss and every gradient."
+    model = copy.deepcopy(base).train()
+    params, out = dict(model.named_parameters()), []
+    for p in par:
+        with torch.no_grad():
+            for n, w in p["weights"].items(): params[n].copy_(w)
+        model.zero_grad(set_to_none=True)
+        loss = _loss(model, ids, labels, ids.numel())
+        loss.backward()
+        out.append(dict(loss=loss.item(), grads={n: _full(q.grad) for n, q in model.named_parameters()}))
+    return out
+
+def _weight_rows(par: list[dict], s: int, start: dict) -> dict:
+    "Where step `s` starts: exactly the reference's weights at step 1, later the SGD update of the parallel run's own previous gradients."
+    rows = {}
+    for name, w in par[s]["weights"].items():
+        if s == 0: expected, tol = start[name], 0.0
+        else:
+            prev, g = par[s - 1]["weights"][name], par[s - 1]["grads"][name]
+            expected = prev if g is None else prev.add(g, alpha=-LR)
+            tol = torch.finfo(expected.dtype).eps * expected.abs().max().item()  # one rounding of the update
+        diff = (w.double() - expected.double()).abs().max().item() if w.shape == expected.shape else float("inf")
+        rows[name] = dict(max_abs_diff=diff, tol=tol, ok=diff <= tol)
+    return rows
+
+def compare_steps(par: list[dict], ref: list[dict], tracked: dict[str, str], start: dict, free: list[dict]) -> tuple[bool, list[dict]]:
+    """Parity of a parallel run with one process, per step: where it starts (the weights), then the loss and every gradient
+    from those same weights, the tracked ones named. `free` is the reference trained on its own, reported only."""
     ok, steps = True, []
     for s, (p, r) in enumerate(zip(par, ref)):
         rows = {}
@@ -93,20 +126,24 @@ def compare_steps(par: list[dict], ref: list[dict], tracked: dict[str, str]) -> 
                 rows[name] = dict(ok=False, error="gradient missing or of another shape"); continue
             diff, tol = (g.double() - g_ref.double()).abs().max().item(), RTOL * g_ref.abs().max().item() + ATOL
             rows[name] = dict(max_abs_diff=diff, tol=tol, ok=diff <= tol)
+        w_rows = _weight_rows(par, s, start)
+        w_failed = sorted(n for n, x in w_rows.items() if not x["ok"])
         loss_diff, loss_tol = abs(p["loss"] - r["loss"]), RTOL_LOSS * abs(r["loss"])
         worst = max(rows, key=lambda n: rows[n].get("max_abs_diff", float("inf")) / rows[n].get("tol", 1.0))
-        step_ok = loss_diff <= loss_tol and all(x["ok"] for x in rows.values())
+        step_ok = loss_diff <= loss_tol and all(x["ok"] for x in rows.values()) and not w_failed
         ok &= step_ok
         steps.append(dict(step=s + 1, ok=step_ok, loss=p["loss"], loss_reference=r["loss"], loss_abs_diff=loss_diff, loss_tol=loss_tol,
                           max_grad_diff=max(x.get("max_abs_diff", float("inf")) for x in rows.values()),
+                          weights=dict(ok=not w_failed, max_abs_diff=max(x["max_abs_diff"] for x in w_rows.values()), failed=w_failed[:10]),
                           tracked={k: rows[v] | dict(param=v) for k, v in tracked.items() if v},
                           worst=dict(param=worst, **rows[worst]), params_compared=len(rows),
-                          params_failed=sorted(n for n, x in rows.items() if not x["ok"])))
+                          params_failed=sorted(n for n, x in rows.items() if not x["ok"]),
+                          free_running=dict(loss_reference=free[s]["loss"], loss_abs_diff=abs(p["loss"] - free[s]["loss"]))))
     return ok, steps
 
 # %% ../nbs/04_parallelism.ipynb #aa99262a
-def run_config(conf: dict, base, probes: dict, batch, ref, tracked, plan, check_kw: dict) -> dict:
-    "Run one configuration on every rank and compare it with the reference; its record."
+def run_config(conf: dict, base, probes: dict, batch, free, tracked, plan, check_kw: dict) -> dict:
+    "Run one configuration on every rank and compare it, step by step, with one process; its record. `free`: the reference run on its own."
     from torchtitan.distributed import ParallelDims
     world = dist.get_world_size()
     rec = dict(name=conf["name"], world_size=world, plan=plan.name, note=conf.get("note"))
@@ -131,7 +168,8 @@ def run_config(conf: dict, base, probes: dict, batch, ref, tracked, plan, check_
             local, loss_group = (ids[r * rows:(r + 1) * rows], labels[r * rows:(r + 1) * rows]), bm.get_group()
         device = next(base.parameters()).device
         par = train_steps(model, local[0].to(device), local[1].to(device), ids.numel(), loss_group)
-        ok, rec["steps"] = compare_steps(par, ref, tracked)
+        ref = reference_steps(base, par, ids.to(device), labels.to(device))
+        ok, rec["steps"] = compare_steps(par, ref, tracked, free[0]["weights"], free)
         rec["status"] = "PASS" if ok else "FAIL"
         if not ok: rec["error"] = f"parity: {rec['steps'][-1]['worst']}"
     except Exception as e:
@@ -186,16 +224,16 @@ def model_results(model_name: str, device: torch.device, negative_controls: bool
     tracked = {"router": f"{moe}.router.gate.weight", "expert w1": f"{moe}.routed_experts.inner_experts.w1_EFD",
                "attention q": q, "embeddings": next(n for n in params if "embed" in n)}  # every gradient is compared; these are named
     t = time.perf_counter()
-    ref = train_steps(copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel())
+    free = train_steps(copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel())  # one process on its own
     ref_s = time.perf_counter() - t
     hf_tp_plan = getattr(cfg, "base_model_tp_plan", None)
     confs = parallel_configs(cfg, dist.get_world_size())
-    results = [run_config(c, base, probes, (ids, labels), ref, tracked, plan, dict(hf_tp_plan=hf_tp_plan)) for c in confs]
+    results = [run_config(c, base, probes, (ids, labels), free, tracked, plan, dict(hf_tp_plan=hf_tp_plan)) for c in confs]
     controls = []
     if negative_controls and next(r for r in results if r["name"] == "TP")["status"] == "PASS":  # a control needs a TP run that passes
         tp_conf = next(c for c in confs if c["name"] == "TP")
         for label, bad, rules, expected in negative_plans(plan, hf_tp_plan):
-            rec = run_config(dict(tp_conf, name=label), base, probes, (ids, labels), ref, tracked, bad,
+            rec = run_config(dict(tp_conf, name=label), base, probes, (ids, labels), free, tracked, bad,
                              dict(hf_tp_plan=hf_tp_plan, role_rules=rules))
             controls.append(dict(rec, expected=expected, caught_by=_caught_by(rec), caught=_caught_by(rec) != "not caught"))
     return dict(model=model_name, world_size=dist.get_world_size(), backend=dist.get_backend(), device=device.type,
@@ -206,8 +244,10 @@ def model_results(model_name: str, device: torch.device, negative_controls: bool
                 if any(isinstance(m, LayerMoE) for m in base.modules()) else None,
                 tracked=tracked, cpu_adaptations=cpu_compat.describe(), plan=plan.as_json(), plan_attention=plan.attention,
                 tolerance=dict(rtol=RTOL, atol=ATOL, rtol_loss=RTOL_LOSS,
-                               rule="|g - g_ref|max <= rtol max|g_ref| + atol for every parameter; |loss - loss_ref| <= rtol_loss |loss_ref|"),
-                reference=dict(losses=[r["loss"] for r in ref], wall_s=round(ref_s, 2)),
+                               rule="per step, one process from the weights the parallel run starts the step with: |g - g_ref|max <= rtol max|g_ref| + atol "
+                                    "for every parameter, |loss - loss_ref| <= rtol_loss |loss_ref|; the weights: step 1 exactly the reference's, "
+                                    "later the SGD update of the run's own previous gradients within one rounding (eps max|w|)"),
+                reference=dict(losses_free_running=[r["loss"] for r in free], wall_s=round(ref_s, 2)),
                 configs=results, negative_controls=controls, worker_wall_s=round(time.perf_counter() - start, 1))
 
 def worker(model_names: list[str], out_dir: str, negative_controls: bool = True) -> None:
@@ -262,6 +302,7 @@ def _summary(c: dict) -> dict:
     steps = c.get("steps") or []
     return dict(name=c["name"], world_size=c["world_size"], mesh=c.get("mesh"), status=c["status"],
                 loss=[s["loss"] for s in steps], loss_reference=[s["loss_reference"] for s in steps],
+                loss_free_running=[s["free_running"]["loss_reference"] for s in steps],
                 max_grad_diff=max((s["max_grad_diff"] for s in steps), default=None), wall_s=c["wall_s"],
                 error=c.get("error"), root_cause=c.get("root_cause"), note=c.get("note"), steps=steps)
 

@@ -40,11 +40,10 @@ def rename(hf: str, titan: str) -> TensorRule:
     return TensorRule((hf,), (titan,), _same, _same)
 
 def _split_gate_up(transposed: bool):
-    "gate_up (E, 2I, H) or (E, H, 2I) -> [w1_EFD, w3_EFD]."
+    "gate_up (E, 2I, H) or (E, H, 2I) -> [w1_EFD, w3_EFD], views of it."
     def f(ts):
         gate_up = ts[0].transpose(1, 2) if transposed else ts[0]
-        w1_EFD, w3_EFD = gate_up.chunk(2, dim=1)
-        return [w1_EFD.contiguous(), w3_EFD.contiguous()]
+        return list(gate_up.chunk(2, dim=1))
     return f
 
 def _cat_gate_up(transposed: bool):
@@ -55,7 +54,7 @@ def _cat_gate_up(transposed: bool):
     return f
 
 def _maybe_transpose(transposed: bool):
-    def f(ts): return [ts[0].transpose(1, 2).contiguous() if transposed else ts[0]]
+    def f(ts): return [ts[0].transpose(1, 2) if transposed else ts[0]]  # a view either way
     return f
 
 def block_rules(probe: MoEProbe) -> list[TensorRule]:

@@ -5,6 +5,7 @@
 # %% ../nbs/00_core.ipynb #83b8e0e7
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import json
 import math
@@ -17,7 +18,7 @@ from torch import nn
 
 # %% auto #0
 __all__ = ['REPO_ROOT', 'STATUS_ORDER', 'reports_root', 'model_dir', 'write_json_atomic', 'read_json', 'versions', 'utc_now',
-           'randomize_', 'worst_status', 'phase_record', 'save_record', 'UndeclaredParameterError',
+           'randomize_', 'cast_copy', 'worst_status', 'phase_record', 'save_record', 'UndeclaredParameterError',
            'refuse_undeclared_parameters']
 
 # %% ../nbs/00_core.ipynb #c506cee8
@@ -95,6 +96,15 @@ def randomize_(module: nn.Module, # module whose float tensors get new values in
             else: t.normal_(1.0 if "norm" in name or name.endswith(("scale", "scalar")) else 0.0, 0.1, generator=gen)  # multipliers around 1
             filled.append(name)
     return filled
+
+# %% ../nbs/00_core.ipynb #9537aad6
+def cast_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    "A deep copy of `module` with its floating parameters and buffers in `dtype`, cast tensor by tensor (no full-precision copy)."
+    memo = {}
+    for t in list(module.parameters()) + list(module.buffers()):
+        new = t.detach().to(dtype, copy=True) if t.is_floating_point() else t.detach().clone()
+        memo[id(t)] = nn.Parameter(new, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else new
+    return copy.deepcopy(module, memo)
 
 # %% ../nbs/00_core.ipynb #6c6af123
 STATUS_ORDER = ("PASS", "WARN", "NO_MOE", "UNSUPPORTED", "BLOCKED", "FAIL", "ERROR")

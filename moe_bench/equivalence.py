@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .adapter import TITAN_EXPERTS
-from .core import phase_record, randomize_, refuse_undeclared_parameters, save_record, worst_status
+from .core import cast_copy, phase_record, randomize_, refuse_undeclared_parameters, save_record, worst_status
 from .extensions import Extension, applicable_extensions, moe_branch_norms
 from .hf import LAYER_LEVEL, NoMoEError, decoder_layers, meta_model, moe_attr_name, moe_block, moe_layer_indices
 from .moe_probe import MoEProbe, probe_moe_block
@@ -115,10 +115,10 @@ def compare_moe_block(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, 
                       extension: Extension | None = None, # a moe_bench extension installed in the built Titan MoE
                      ) -> dict:
     "Figures and verdict of HF's block against Titan's `MoE` in `dtype` on one seeded input."
-    hf = hf_block if next(hf_block.parameters()).dtype == dtype else copy.deepcopy(hf_block).to(dtype)  # no copy when it already fits
-    titan = build_titan_moe(hf, probe)
-    if titan_transform is not None:
-        titan.load_state_dict(titan_transform(dict(titan.state_dict())), strict=True)
+    hf = hf_block if next(hf_block.parameters()).dtype == dtype else cast_copy(hf_block, dtype)  # no copy when it already fits
+    titan = build_titan_moe(hf, probe, share=True)  # views of HF's weights: nothing below writes to them
+    if titan_transform is not None:  # assigned, not copied in: a copy would write through the views into HF's block
+        titan.load_state_dict(titan_transform(dict(titan.state_dict())), strict=True, assign=True)
     if extension is not None: extension.install(titan)
     x_BLD = moe_input(probe.hidden_size, dtype, seed)
     router = getattr(hf, probe.router_attr)
@@ -185,7 +185,7 @@ def compare_layer_moe(hf_model: nn.Module, probe: MoEProbe, dtype: torch.dtype, 
                       swap_gate_up_weights: bool = False) -> dict:
     "Figures of HF's layer-level MoE branch against the `LayerMoE` prototype swapped into a copy of the model."
     from moe_bench.extensions import Float32CombineDispatcher, build_layer_moe, swap_layer_moe
-    hf = copy.deepcopy(hf_model).to(dtype).eval()
+    hf = cast_copy(hf_model, dtype).eval()
     titan = copy.deepcopy(hf)
     layers = [i for i, l in enumerate(decoder_layers(hf)) if moe_attr_name(l) == LAYER_LEVEL]
     for i in layers:

@@ -177,7 +177,7 @@ def build_layer_moe(layer: nn.Module, probe: MoEProbe, gate_float32: bool = True
     moe.extend(probe.hidden_size, eps); moe.router.extend(probe.hidden_size, getattr(layer, probe.router_attr).eps)
     moe.to_empty(device="cpu")
     sd = _apply(layer_moe_state(layer, probe), layer_moe_rules(layer, probe), forward=True)
-    moe.load_state_dict({k: v.detach().clone() for k, v in sd.items()}, strict=True, assign=True)
+    moe.load_state_dict({k: v.detach().clone(memory_format=torch.contiguous_format) for k, v in sd.items()}, strict=True, assign=True)
     moe.tokens_per_expert_E = torch.zeros(probe.num_experts, dtype=torch.float32)
     if gate_float32: moe.router.gate.__class__ = Float32Gate
     return moe.eval()

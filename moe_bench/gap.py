@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .alignment import PATCHES, torchtitan_digest
-from .core import phase_record, refuse_undeclared_parameters, save_record
+from .core import cast_copy, phase_record, refuse_undeclared_parameters, save_record
 from .equivalence import DTYPES, hf_router_gate_float32, moe_input, output_metrics, synthetic_moe_block
 from .hf import NoMoEError
 from .moe_probe import MoEProbe
@@ -59,7 +59,7 @@ def _sentence(patch, before: dict, after: dict, probe: MoEProbe, dtype: torch.dt
 
 def gap_table(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed: int = 0) -> tuple[list[dict], dict[str, Trace]]:
     "Rows baseline, +patch..., final for one dtype, and the trace of each row."
-    hf = copy.deepcopy(hf_block).to(dtype)
+    hf = cast_copy(hf_block, dtype)
     titan = build_titan_moe(hf, probe, gate_float32=False)  # torchtitan as installed
     x_BLD = moe_input(probe.hidden_size, dtype, seed)
     rows, traces = [], {}

@@ -59,16 +59,14 @@ class Float32Gate(Linear):
 def build_titan_moe(hf_block: nn.Module, # a materialised HF MoE block
                     probe: MoEProbe,     # its probe
                     gate_float32: bool = True, # run the router gate in float32 (see `Float32Gate`)
+                    share: bool = False, # hold views of the HF tensors instead of copies: only for read-only comparisons
                    ) -> MoE:
-    "torchtitan's `MoE` holding the HF block's weights."
+    "torchtitan's `MoE` holding the HF block's weights (its own contiguous copies unless `share`)."
     with torch.device("meta"): titan = titan_moe_config(probe).build()
-    titan.to_empty(device="cpu")
-    hf_sd = hf_block.state_dict()
-    hf_storage = {t.data_ptr() for t in hf_sd.values()}
-    titan_sd = hf_block_to_titan(hf_sd, probe)
-    # tensors the adapter only renamed still share HF's storage: copy those, keep the new ones as they are
-    titan.load_state_dict({k: v.detach().clone() if v.data_ptr() in hf_storage else v.detach() for k, v in titan_sd.items()},
-                          strict=True, assign=True)
+    titan.to_empty(device="cpu")  # unused memory until touched: every persistent tensor is replaced just below
+    titan_sd = hf_block_to_titan(hf_block.state_dict(), probe)  # views of HF's tensors
+    own = (lambda t: t.detach()) if share else (lambda t: t.detach().clone(memory_format=torch.contiguous_format))
+    titan.load_state_dict({k: own(v) for k, v in titan_sd.items()}, strict=True, assign=True)
     titan.tokens_per_expert_E = torch.zeros(probe.num_experts, dtype=torch.float32)
     if gate_float32: titan.router.gate.__class__ = Float32Gate
     return titan.eval()
@@ -80,7 +78,7 @@ def export_titan_moe(titan: MoE, probe: MoEProbe) -> dict:
 # %% ../nbs/00d_replacement.ipynb #febf9303
 def titan_roundtrip(hf_block: nn.Module, probe: MoEProbe) -> dict:
     "HF block -> Titan `MoE` (strict load) -> HF keys, compared with the block by `state_dict_diff`."
-    return state_dict_diff(hf_block.state_dict(), export_titan_moe(build_titan_moe(hf_block, probe), probe))
+    return state_dict_diff(hf_block.state_dict(), export_titan_moe(build_titan_moe(hf_block, probe, share=True), probe))
 
 # %% ../nbs/00d_replacement.ipynb #a70e162a
 class ContiguousMoE(MoE):

@@ -15,7 +15,7 @@ from torch import nn
 
 from .adapter import TITAN_EXPERTS
 from .core import cast_copy, phase_record, randomize_, refuse_undeclared_parameters, save_record, worst_status
-from .extensions import Extension, applicable_extensions, moe_branch_norms
+from .extensions import Extension, applicable_extensions, combined, moe_branch_norms
 from .hf import LAYER_LEVEL, NoMoEError, decoder_layers, meta_model, moe_attr_name, moe_block, moe_layer_indices
 from .moe_probe import MoEProbe, probe_moe_block
 from .replacement import build_titan_moe, titan_roundtrip
@@ -142,9 +142,9 @@ def swap_gate_up(titan_sd: dict) -> dict:
 DTYPES = (torch.bfloat16, torch.float32)
 
 def extension_check(hf_block: nn.Module, probe: MoEProbe, seed: int = 0) -> list[dict]:
-    "bfloat16 verdict with each applicable moe_bench extension, and whether the gate/up swap control still fails with it."
-    out = []
-    for ext in applicable_extensions(probe):
+    "bfloat16 verdict with each applicable moe_bench extension, then all of them together, and whether the gate/up swap control still fails."
+    out, applicable = [], applicable_extensions(probe)
+    for ext in applicable + ([combined(applicable)] if len(applicable) > 1 else []):
         r = compare_moe_block(hf_block, probe, torch.bfloat16, seed, extension=ext)
         control = compare_moe_block(hf_block, probe, torch.bfloat16, seed, titan_transform=swap_gate_up, extension=ext)
         out.append(dict(name=ext.name, core_change=ext.core_change, status=r["status"], kl=r["kl"], max_diff=r["max_diff"],

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
-from torchtitan.models.common.moe import GroupedExperts, MoE, TokenChoiceTopKRouter
+from torchtitan.models.common.moe import GroupedExperts, MoE, RoutedExperts, TokenChoiceTopKRouter
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 from torchtitan.ops.scatter_add import deterministic_scatter_add
 
@@ -23,9 +23,10 @@ from .moe_probe import MoEProbe
 
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
-           'NormScaledRouter', 'grouped_gated_mlp', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter',
-           'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe',
-           'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
+           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined', 'NormScaledRouter',
+           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
+           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
+           'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #f455e778
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -57,6 +58,57 @@ def applicable_extensions(probe: MoEProbe) -> list[Extension]:
     "The extensions that apply to a block of this probe."
     return [e for e in EXTENSIONS if e.applies(probe)]
 
+# %% ../nbs/00e_extensions.ipynb #a027fda1
+class OutputScaledRoutedExperts(RoutedExperts):
+    "Prototype of the core change: `MoE` applies `route_scale` to the routed experts' combined output, not to the top-k weights."
+    output_scale: float = 1.0
+
+    def forward(self, x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E):
+        return super().forward(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E) * self.output_scale
+
+def _output_scale(titan: MoE) -> None:
+    titan.routed_experts.__class__ = OutputScaledRoutedExperts
+    titan.routed_experts.output_scale, titan.router.route_scale = titan.router.route_scale, 1.0
+
+def grouped_gated_mlp(experts: GroupedExperts, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor,
+                      act: Callable[[torch.Tensor], torch.Tensor], dtype: torch.dtype, glu_float32: bool = False) -> torch.Tensor:
+    "torchtitan 0.3.0's `GroupedExperts.forward` with the activation, the compute dtype and the GLU's precision as arguments (upstream: SiLU, bfloat16, the compute dtype)."
+    w1_EFD, w2_EDF, w3_EFD = experts.w1_EFD, experts.w2_EDF, experts.w3_EFD
+    if isinstance(w1_EFD, DTensor):  # as upstream: EP/TP-sharded weights are used through their local shards
+        w1_EFD, w2_EDF, w3_EFD = w1_EFD.to_local(), w2_EDF.to_local(), w3_EFD.to_local()
+    x_RD_c = x_RD.to(dtype)
+    offsets_E = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
+    gate_RF = experts._grouped_mm(A=x_RD_c, B_t=w1_EFD.to(dtype).transpose(-2, -1), offs=offsets_E)
+    up_RF = experts._grouped_mm(A=x_RD_c, B_t=w3_EFD.to(dtype).transpose(-2, -1), offs=offsets_E)
+    h_RF = (act(gate_RF.float()) * up_RF.float()).to(dtype) if glu_float32 else act(gate_RF) * up_RF
+    return experts._grouped_mm(A=h_RF, B_t=w2_EDF.to(dtype).transpose(-2, -1), offs=offsets_E).type_as(x_RD)
+
+class Float32GluGroupedExperts(GroupedExperts):
+    "Prototype of the core change: `GroupedExperts` evaluates `silu(gate) * up` in float32 and rounds it once."
+    compute_in_input_dtype = False  # as upstream: the grouped matmuls in bfloat16
+
+    def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+        dtype = x_RD.dtype if self.compute_in_input_dtype else torch.bfloat16
+        return grouped_gated_mlp(self, x_RD, num_tokens_per_expert_E, F.silu, dtype, glu_float32=True)
+
+def _float32_glu(titan: MoE) -> None:
+    titan.routed_experts.inner_experts.__class__ = Float32GluGroupedExperts
+
+EXTENSIONS += [
+    Extension("output_scale", "MoE applies route_scale to the routed experts' combined output instead of the top-k weights "
+              "(as HF blocks that scale their output)", _output_scale,
+              applies=lambda probe: probe.route_scale_on == "output" and probe.route_scale != 1.0),
+    Extension("f32_glu", "GroupedExperts evaluates silu(gate) * up in float32 and rounds once (as HF experts that do)",
+              _float32_glu, applies=lambda probe: probe.activation_dtype == "float32"),
+]
+
+def combined(extensions: list[Extension]) -> Extension:
+    "Several extensions installed together, under their joined name."
+    def install(titan: MoE) -> None:
+        for e in extensions: e.install(titan)
+    return Extension("+".join(e.name for e in extensions), "; ".join(e.core_change for e in extensions), install,
+                     applies=lambda probe: all(e.applies(probe) for e in extensions))
+
 # %% ../nbs/00e_extensions.ipynb #9cbaf184
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     "RMSNorm computed in float32 and cast back to the input dtype (HF Gemma's recipe); no weight when `weight` is None."
@@ -76,18 +128,6 @@ class NormScaledRouter(TokenChoiceTopKRouter):
         h_BLD = _rms_norm(x_BLD.float(), None, self.norm_eps) * self.scale_D.float() * self.root_size
         topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = super().forward(h_BLD, expert_bias_E)
         return topk_scores_BLK * self.per_expert_scale_E.float()[topk_expert_ids_BLK], topk_expert_ids_BLK, scores_BLE
-
-def grouped_gated_mlp(experts: GroupedExperts, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor,
-                      act: Callable[[torch.Tensor], torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    "torchtitan 0.3.0's `GroupedExperts.forward` with the activation and the compute dtype as arguments (upstream: SiLU, bfloat16)."
-    w1_EFD, w2_EDF, w3_EFD = experts.w1_EFD, experts.w2_EDF, experts.w3_EFD
-    if isinstance(w1_EFD, DTensor):  # as upstream: EP/TP-sharded weights are used through their local shards
-        w1_EFD, w2_EDF, w3_EFD = w1_EFD.to_local(), w2_EDF.to_local(), w3_EFD.to_local()
-    x_RD_c = x_RD.to(dtype)
-    offsets_E = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
-    h_RF = act(experts._grouped_mm(A=x_RD_c, B_t=w1_EFD.to(dtype).transpose(-2, -1), offs=offsets_E))
-    h_RF = h_RF * experts._grouped_mm(A=x_RD_c, B_t=w3_EFD.to(dtype).transpose(-2, -1), offs=offsets_E)
-    return experts._grouped_mm(A=h_RF, B_t=w2_EDF.to(dtype).transpose(-2, -1), offs=offsets_E).type_as(x_RD)
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor: return F.gelu(x, approximate="tanh")
 

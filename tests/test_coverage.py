@@ -13,10 +13,8 @@ from conftest import REPO
 
 # Model types whose differences are not yet explained, with what stops them. This list only shrinks: each
 # entry is a strict xfail, so a model that starts passing fails the suite until it is taken off the list.
-KNOWN_GAPS = {
-    "beam": "WARN without an extension: its gap is explained (routed scale on the output, float32 combine, float32 SwiGLU: "
-            "max_diff 0.03125 -> 0.00) but no extension prototypes all three yet",
-}
+# (Empty since beam passes with `f32_combine+output_scale+f32_glu`.)
+KNOWN_GAPS: dict[str, str] = {}
 
 CANDIDATES = moe_model_candidates()
 

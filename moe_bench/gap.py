@@ -22,16 +22,16 @@ from .hf import NoMoEError
 from .moe_probe import MoEProbe
 from .replacement import build_titan_moe, export_titan_moe
 from .synth import synthetic_config
-from .traces import Trace, plot_histogram, plot_output_heatmap, plot_pipeline, plot_routing_disagreement, trace_moe
+from .traces import Trace, capture_hf, plot_histogram, plot_output_heatmap, plot_pipeline, plot_routing_disagreement, trace_moe
 
 # %% auto #0
 __all__ = ['measure', 'kernel_check', 'gap_table', 'gap_analysis_phase']
 
 # %% ../nbs/03c_gap_analysis.ipynb #bceebc34
-def measure(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> tuple[dict, Trace]:
-    "max_diff, KL and first divergence of Titan against HF on `x_BLD`, with the trace."
+def measure(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor, hf_capture: dict | None = None) -> tuple[dict, Trace]:
+    "max_diff, KL and first divergence of Titan against HF on `x_BLD` (HF's stages given, or captured here), with the trace."
     with hf_router_gate_float32(getattr(hf, probe.router_attr)):
-        trace = trace_moe(hf, titan, probe, x_BLD)
+        trace = trace_moe(hf, titan, probe, x_BLD, hf_capture)
     m = output_metrics(trace["output"].hf, trace["output"].titan)
     first = trace.first_divergence()
     return dict(max_diff=m["max_diff"], kl=m["kl"], first_divergence=None if first is None else first["stage"],
@@ -39,14 +39,14 @@ def measure(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tenso
 
 # %% ../nbs/03c_gap_analysis.ipynb #1ea49648
 def kernel_check(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dict:
-    "HF's block run with Titan's exported weights, against HF's block: max_diff (0.0 proves the weights identical)."
+    "HF's block run with Titan's exported weights, against HF's block: max_diff (0.0 proves the weights identical); HF's own output."
     hf_with_titan = copy.deepcopy(hf)
     hf_with_titan.load_state_dict(export_titan_moe(titan, probe), strict=True)
     with torch.no_grad(), hf_router_gate_float32(getattr(hf, probe.router_attr)):
         ref = hf(x_BLD)
     with torch.no_grad(), hf_router_gate_float32(getattr(hf_with_titan, probe.router_attr)):
         out = hf_with_titan(x_BLD)
-    return dict(max_diff=(out.double() - ref.double()).abs().max().item(),
+    return dict(max_diff=(out.double() - ref.double()).abs().max().item(), hf_output=ref,
                 description="Titan's weights exported to HF's layout and run through HF's own experts kernel")
 
 # %% ../nbs/03c_gap_analysis.ipynb #3c111f04
@@ -63,20 +63,24 @@ def gap_table(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed: in
     titan = build_titan_moe(hf, probe, gate_float32=False)  # torchtitan as installed
     x_BLD = moe_input(probe.hidden_size, dtype, seed)
     rows, traces = [], {}
+    with hf_router_gate_float32(getattr(hf, probe.router_attr)):  # HF's stages once: the patches below touch torchtitan only
+        hf_capture = capture_hf(hf, probe, x_BLD)
     with ExitStack() as stack:
-        res, traces["baseline"] = measure(hf, titan, probe, x_BLD)
+        res, traces["baseline"] = measure(hf, titan, probe, x_BLD, hf_capture)
         rows.append(dict(patch="baseline", **res, description="no patches: torchtitan as installed"))
         for patch in PATCHES:
             try:
                 stack.enter_context(patch.context(titan, probe))
-                new, trace = measure(hf, titan, probe, x_BLD)
+                new, trace = measure(hf, titan, probe, x_BLD, hf_capture)
             except Exception as e:
                 rows.append(dict(patch=f"+{patch.name}", max_diff=None, kl=None, first_divergence=None,
                                  description=f"{patch.description}: raised {type(e).__name__}: {e}"))
                 break
             traces[f"+{patch.name}"] = trace
             rows.append(dict(patch=f"+{patch.name}", **new, description=_sentence(patch, rows[-1], new, probe, dtype)))
-        kernel = kernel_check(hf, titan, probe, x_BLD)
+        kernel = kernel_check(hf, titan, probe, x_BLD)  # under every patch: HF's output must still be the one captured
+    if not torch.equal(kernel["hf_output"].reshape(hf_capture["output"].shape), hf_capture["output"]):
+        raise RuntimeError("HF's output changed under the alignment patches: they must touch torchtitan only")
     last = rows[-1]
     if last["max_diff"] is None: final = "a patch raised: the analysis is incomplete"
     elif last["max_diff"] != 0.0: final = f"unexplained residual, first diverging at {last['first_divergence']}"

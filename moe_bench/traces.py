@@ -238,9 +238,11 @@ STAGE_NOTES = dict(scores="HF: derived from its logits with its score function, 
                    shared="HF: a sigmoid-gated shared expert is gated from its captured gate output, as the block does",
                    expert_down="HF: its experts module re-run on the captured rows, weight 1")
 
-def trace_moe(hf_block: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> Trace:
+def trace_moe(hf_block: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor,
+              hf_capture: dict | None = None, # HF's stages on this `x_BLD` already captured (they do not change with Titan's patches)
+             ) -> Trace:
     "The stage-by-stage trace of HF's block and Titan's `MoE` on `x_BLD`."
-    hf, ti = capture_hf(hf_block, probe, x_BLD), capture_titan(titan, x_BLD)
+    hf, ti = hf_capture if hf_capture is not None else capture_hf(hf_block, probe, x_BLD), capture_titan(titan, x_BLD)
     stages = []
     for name in STAGES:
         if name == "shared" and probe.shared_experts == "none": continue

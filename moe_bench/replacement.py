@@ -65,7 +65,10 @@ def build_titan_moe(hf_block: nn.Module, # a materialised HF MoE block
     with torch.device("meta"): titan = titan_moe_config(probe).build()
     titan.to_empty(device="cpu")  # unused memory until touched: every persistent tensor is replaced just below
     titan_sd = hf_block_to_titan(hf_block.state_dict(), probe)  # views of HF's tensors
-    own = (lambda t: t.detach()) if share else (lambda t: t.detach().clone(memory_format=torch.contiguous_format))
+    def own(t):  # a view is kept only if each matrix in it is laid out as in a contiguous tensor (CPU's bfloat16
+        # grouped_mm is ~50x slower on a transposed operand: a transposed HF layout is copied, as without `share`)
+        rows_contiguous = t.dim() < 2 or (t.stride(-1) == 1 and t.stride(-2) == t.shape[-1])
+        return t.detach() if share and rows_contiguous else t.detach().clone(memory_format=torch.contiguous_format)
     titan.load_state_dict({k: own(v) for k, v in titan_sd.items()}, strict=True, assign=True)
     titan.tokens_per_expert_E = torch.zeros(probe.num_experts, dtype=torch.float32)
     if gate_float32: titan.router.gate.__class__ = Float32Gate

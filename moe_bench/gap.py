@@ -40,8 +40,12 @@ def measure(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tenso
 # %% ../nbs/03c_gap_analysis.ipynb #1ea49648
 def kernel_check(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dict:
     "HF's block run with Titan's exported weights, against HF's block: max_diff (0.0 proves the weights identical); HF's own output."
-    hf_with_titan = copy.deepcopy(hf)
-    hf_with_titan.load_state_dict(export_titan_moe(titan, probe), strict=True)
+    # a copy of HF's block without copying its weights (meta placeholders), then Titan's exported tensors assigned, strictly
+    sd = hf.state_dict(keep_vars=True)
+    memo = {id(t): (nn.Parameter(t.detach().to("meta"), requires_grad=False) if isinstance(t, nn.Parameter) else t.to("meta"))
+            for t in sd.values()}
+    hf_with_titan = copy.deepcopy(hf, memo)
+    hf_with_titan.load_state_dict(export_titan_moe(titan, probe), strict=True, assign=True)
     with torch.no_grad(), hf_router_gate_float32(getattr(hf, probe.router_attr)):
         ref = hf(x_BLD)
     with torch.no_grad(), hf_router_gate_float32(getattr(hf_with_titan, probe.router_attr)):
@@ -59,8 +63,8 @@ def _sentence(patch, before: dict, after: dict, probe: MoEProbe, dtype: torch.dt
 
 def gap_table(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed: int = 0) -> tuple[list[dict], dict[str, Trace]]:
     "Rows baseline, +patch..., final for one dtype, and the trace of each row."
-    hf = cast_copy(hf_block, dtype)
-    titan = build_titan_moe(hf, probe, gate_float32=False)  # torchtitan as installed
+    hf = hf_block if next(hf_block.parameters()).dtype == dtype else cast_copy(hf_block, dtype)  # nothing here writes to it
+    titan = build_titan_moe(hf, probe, gate_float32=False, share=True)  # torchtitan as installed; the patches read its weights only
     x_BLD = moe_input(probe.hidden_size, dtype, seed)
     rows, traces = [], {}
     with hf_router_gate_float32(getattr(hf, probe.router_attr)):  # HF's stages once: the patches below touch torchtitan only

@@ -26,7 +26,7 @@ from .replacement import Float32Gate
 # %% auto #0
 __all__ = ['ALIGN', 'TITAN_ROUTE_NORM_EPS', 'PATCHES', 'torchtitan_digest', 'patch_attr', 'f32_combine', 'token_order_combine',
            'topk_sorted', 'router_gate_float32', 'experts_input_dtype', 'fused_gate_up', 'activation_float32',
-           'scale_on_output', 'route_norm_epsilon', 'softmax_over_topk', 'Patch', 'all_patches']
+           'scale_on_output', 'route_norm_epsilon', 'softmax_over_topk', 'hf_row_order', 'Patch', 'all_patches']
 
 # %% ../nbs/03b_alignment.ipynb #f4e0b407
 def torchtitan_digest() -> str:
@@ -202,6 +202,20 @@ def softmax_over_topk(titan, probe=None):
     import types
     with patch_attr(titan.router, "forward", types.MethodType(_softmax_over_topk_logits, titan.router)): yield
 
+# %% ../nbs/03b_alignment.ipynb #d6232d3f
+def _reorder_as_hf_kernel(self, x_TD, topk_scores_TK, topk_expert_ids_TK):
+    "torchtitan's `_local_reorder`, grouping the (token, k) pairs with `torch.sort` as HF's grouped_mm kernel does."
+    pairs_N = torch.sort(topk_expert_ids_TK.view(-1))[1]  # not stable: the order inside a group is the sort's own
+    self._pairs_experts_sorted_N, self._top_k_shape = pairs_N, topk_expert_ids_TK.shape
+    token_indices_experts_sorted_N = pairs_N // self.top_k
+    return x_TD[token_indices_experts_sorted_N], token_indices_experts_sorted_N, topk_scores_TK.view(-1)[pairs_N]
+
+@contextmanager
+def hf_row_order(titan=None, probe=None):
+    "Patch (kernel alignment): rows grouped per expert in HF's grouped_mm order (only where HF runs that kernel)."
+    if probe is not None and probe.experts_kernel != "grouped_mm": yield; return
+    with patch_attr(LocalTokenDispatcher, "_local_reorder", _reorder_as_hf_kernel): yield
+
 # %% ../nbs/03b_alignment.ipynb #d3fa955f
 @dataclass(frozen=True)
 class Patch:
@@ -230,6 +244,8 @@ PATCHES = (
     Patch("route-norm epsilon", "top-k renormalisation with HF's constant on the sum instead of 1e-20", route_norm_epsilon,
           lambda p, dt: p.route_norm and p.route_norm_eps not in (None, TITAN_ROUTE_NORM_EPS), "routers adding another constant"),
     Patch("kernel align: fused gate-up", "gate and up from one grouped matmul on cat(w1, w3), as HF's kernel", fused_gate_up),
+    Patch("kernel align: HF's row order", "pairs grouped per expert with HF's torch.sort, not a stable argsort", hf_row_order,
+          lambda p, dt: p.experts_kernel == "grouped_mm", "HF's grouped_mm kernel, whose sort is not stable"),
     Patch("activation in f32", "silu(gate) * up in float32, rounded once, as HF's experts", activation_float32,
           lambda p, dt: p.activation_dtype == "float32", "experts that evaluate the activation in float32"),
 )

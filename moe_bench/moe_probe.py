@@ -52,6 +52,7 @@ class MoEProbe:
     activation: str = "silu"
     activation_dtype: str = "input"    # "float32" where HF's experts evaluate act(gate) * up in float32
     combine_dtype: str = "float32"     # HF's sum over top-k: "float32" (kernels' reshape+sum) | "input" (eager index_add_)
+    experts_kernel: str = "eager"      # HF's experts forward: "grouped_mm" | "batched_mm" | "eager" (its own loop)
     shared_experts: str = "none"       # "none" | "additive" | "sigmoid-gated"
     shared_attr: str | None = None
     shared_gate_attr: str | None = None
@@ -140,7 +141,8 @@ def resolve_experts_dtypes(experts: nn.Module) -> dict:
     gate_code = _source(getattr(type(experts), "_apply_gate", None) or experts) + (_source(experts) if kernel == "eager" else "")
     eager_sum = kernel == "eager" and "index_add_" in _source(experts) and "zeros_like(hidden_states" in _source(experts)
     return dict(activation_dtype="float32" if _ACT_F32.search(gate_code) else "input",
-                combine_dtype="input" if eager_sum else "float32")  # grouped_mm/batched_mm: float32 reshape+sum
+                combine_dtype="input" if eager_sum else "float32",  # grouped_mm/batched_mm: float32 reshape+sum
+                experts_kernel=kernel)
 
 def probe_experts(experts: nn.Module, hidden_size: int) -> dict:
     "Format, layout, intermediate size and bias of a block's experts."
@@ -258,6 +260,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         experts_format=experts["experts_format"], expert_layout=experts["expert_layout"],
         expert_bias=experts.get("expert_bias", False), activation=experts.get("activation", "unknown"),
         activation_dtype=experts.get("activation_dtype", "input"), combine_dtype=experts.get("combine_dtype", "float32"),
+        experts_kernel=experts.get("experts_kernel", "eager"),
         **probe_shared_experts(block))
     if experts["experts_format"] != "fused": probe.issues += titan_blockers(probe); return probe
     if probe.num_experts != experts["num_experts"]:

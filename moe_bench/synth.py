@@ -11,14 +11,17 @@ from .core import phase_record, refuse_undeclared_parameters, save_record
 from .hf import NoMoEError, decoder_layers, meta_model, moe_layer_indices, real_config
 
 # %% auto #0
-__all__ = ['SYNTHETIC_EXPERTS', 'SYNTHETIC_TOP_K', 'EXPERT_COUNT_FIELDS', 'TOP_K_FIELDS', 'GROUP_FIELDS', 'FIXED_FIELDS',
-           'MOE_LAYER_FIELDS', 'MLA_FIELDS', 'DSA_FIELDS', 'QSA_FIELDS', 'SYNTHETIC_HEADS', 'FAMILY_OVERRIDES',
-           'SMALL_HIDDEN', 'SMALL_INTERMEDIATE', 'SMALL_HEAD_DIM', 'KEY_FIELDS', 'synthetic_overrides',
-           'synthetic_config', 'config_phase']
+__all__ = ['SYNTHETIC_EXPERTS', 'SYNTHETIC_TOP_K', 'EXPERT_COUNT_FIELDS', 'EXTRA_EXPERT_FIELDS', 'TOP_K_FIELDS', 'GROUP_FIELDS',
+           'FIXED_FIELDS', 'MOE_LAYER_FIELDS', 'MLA_FIELDS', 'DSA_FIELDS', 'QSA_FIELDS', 'SYNTHETIC_HEADS',
+           'FAMILY_OVERRIDES', 'SMALL_HIDDEN', 'SMALL_INTERMEDIATE', 'SMALL_HEAD_DIM', 'KEY_FIELDS',
+           'synthetic_overrides', 'synthetic_config', 'config_phase']
 
 # %% ../nbs/02_config.ipynb #0a619736
 SYNTHETIC_EXPERTS, SYNTHETIC_TOP_K = 8, 2
 EXPERT_COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+# identity ("zero") experts beside the routed ones: reduced in the routed experts' ratio, so the share of
+# routing that goes to them is kept (longcat_flash: 256 beside 512 routed; its gate_up rows cover them too)
+EXTRA_EXPERT_FIELDS = ("zero_expert_num",)
 TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_top_k", "moe_k", "top_k_experts")
 GROUP_FIELDS = ("n_group", "num_expert_group")
 FIXED_FIELDS = dict(vocab_size=256, max_position_embeddings=64, use_cache=False)
@@ -60,6 +63,8 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
     "Field -> value the spec's Phase 2 rules set on `real`, for `num_layers` layers (`small`: tiny widths too)."
     d = real.to_dict()
     out = {k: SYNTHETIC_EXPERTS for k in EXPERT_COUNT_FIELDS if k in d}
+    routed = next((d[k] for k in EXPERT_COUNT_FIELDS if isinstance(d.get(k), int) and d[k] > 0), None)
+    out |= {k: max(1, round(d[k] * SYNTHETIC_EXPERTS / routed)) for k in EXTRA_EXPERT_FIELDS if d.get(k) and routed}
     out |= {k: SYNTHETIC_TOP_K for k in TOP_K_FIELDS if k in d}
     out |= FIXED_FIELDS | {"num_hidden_layers": num_layers}
     if isinstance(d.get("pad_token_id"), int) and d["pad_token_id"] >= FIXED_FIELDS["vocab_size"]: out["pad_token_id"] = 0

@@ -203,6 +203,8 @@ def _record_grouped_mm(inner_experts: nn.Module, calls: list):
 def capture_titan(titan: nn.Module, x_BLD: torch.Tensor) -> dict:
     "Titan's stage tensors (rows of per-expert stages at `(T, K, ...)` by slot)."
     seen, calls = {}, []
+    dispatcher = titan.routed_experts.token_dispatcher
+    dispatcher.__dict__.pop("_pairs_experts_sorted_N", None)  # an alignment patch's reorder leaves its row order here
     hooks = [titan.router.gate.register_forward_hook(lambda m, a, o: seen.__setitem__("logits", o)),
              titan.router.register_forward_hook(lambda m, a, o: seen.__setitem__("router", o)),
              # prepend: the routed output before any patch's hook (a block-output scale) changes it, as HF's experts return it
@@ -219,7 +221,8 @@ def capture_titan(titan: nn.Module, x_BLD: torch.Tensor) -> dict:
     K = ids_BLK.shape[-1]
     ids_TK, weights_TK = ids_BLK.reshape(-1, K), topk_scores_BLK.reshape(-1, K)
     T = ids_TK.shape[0]
-    pairs = torch.argsort(ids_TK.reshape(-1), stable=True)
+    pairs = dispatcher.__dict__.get("_pairs_experts_sorted_N")
+    if pairs is None: pairs = torch.argsort(ids_TK.reshape(-1), stable=True)  # torchtitan's own dispatch order
     if len(calls) == 3: (_, gate_R), (_, up_R), (act_R, down_R) = calls
     else:
         (_, gate_up_R), (act_R, down_R) = calls

@@ -13,7 +13,7 @@ from pathlib import Path
 from .core import REPO_ROOT, refuse_undeclared_parameters, reports_root
 
 # %% auto #0
-__all__ = ['PHASE_FILES', 'load_records', 'summary_row', 'compat_doc', 'index_html', 'write_docs']
+__all__ = ['PHASE_FILES', 'load_records', 'summary_row', 'not_pass_reason', 'compat_doc', 'index_html', 'write_docs']
 
 # %% ../nbs/05_compat_doc.ipynb #dcc7345e
 PHASE_FILES = ("probe", "config", "equivalence", "gap_analysis", "parallelism")
@@ -42,6 +42,16 @@ def summary_row(model: str, recs: dict) -> dict:
                 parallelism=recs.get("parallelism", {}).get("status", "not run"))
 
 # %% ../nbs/05_compat_doc.ipynb #8bb3ce51
+def _runs(v) -> str:
+    "A per-layer list as runs (`dense x3, sparse x49`); anything else as it is."
+    if isinstance(v, dict): return ", ".join(f"{k}: {_runs(x)}" for k, x in v.items())
+    if not isinstance(v, list) or len(v) < 4: return str(v)
+    runs = []
+    for x in v:
+        if runs and runs[-1][0] == x: runs[-1][1] += 1
+        else: runs.append([x, 1])
+    return ", ".join(f"{x} x{n}" if n > 1 else str(x) for x, n in runs)
+
 def _arch_section(model: str, recs: dict) -> list[str]:
     probe = recs.get("probe", {})
     b = probe.get("block") or {}
@@ -57,9 +67,27 @@ def _arch_section(model: str, recs: dict) -> list[str]:
     return [f"### {model}", "",
             f"- router: {router}", f"- experts: {experts}",
             f"- shared experts: {b['shared_experts']}" + (f" (`{b['shared_attr']}`)" if b.get("shared_attr") else ""),
-            f"- attention: {probe.get('attention', 'n/a')}; MoE layers chosen by {probe.get('mechanism')}",
+            f"- attention: {probe.get('attention', 'n/a')}; MoE layers chosen by {_runs(probe.get('mechanism'))}",
             f"- unsupported features: {'; '.join(probe.get('issues') or []) or 'none'}",
             f"- differences from Titan's MoE (gap analysis, bfloat16): {final}", ""]
+
+def not_pass_reason(recs: dict) -> str | None:
+    "Why a model's equivalence or gap analysis ended FAIL or ERROR, from its records; None otherwise."
+    eq, gap = recs.get("equivalence", {}), recs.get("gap_analysis", {})
+    why = []
+    if eq.get("status") == "ERROR": why.append(f"equivalence crashed: {(eq.get('error') or '').splitlines()[0][:200]}")
+    if eq.get("status") == "FAIL":
+        bf16, neg = eq.get("metrics", {}).get("bfloat16", {}), eq.get("negative_control") or {}
+        if bf16.get("status") == "FAIL": why.append(f"bfloat16 KL {_fmt(bf16.get('kl'))} is above the FAIL threshold")
+        if (eq.get("roundtrip") or {}).get("status") not in (None, "PASS"): why.append("the state-dict round trip is not exact")
+        if neg and not neg.get("caught"):
+            why.append(f"the negative control ({neg['mapping']}) reaches {neg['status']} with KL {_fmt(neg['kl'])} and max_diff "
+                       f"{_fmt(neg['max_diff'])}: on this block the KL verdict cannot tell a wrong mapping from the right one")
+    if gap.get("status") in ("FAIL", "ERROR"):
+        finals = {dt: t[-1] for dt, t in (gap.get("tables") or {}).items() if t and t[-1].get("max_diff") != 0.0}
+        why += [f"gap analysis {dt}: {row.get('description')} (max_diff {_fmt(row.get('max_diff'))})" for dt, row in finals.items()]
+        if gap.get("status") == "ERROR": why.append(f"gap analysis crashed: {(gap.get('error') or '').splitlines()[0][:200]}")
+    return "; ".join(why) or None
 
 def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     "The text of MODEL_COMPATIBILITY.md."
@@ -75,6 +103,8 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['status']} | {r['extension'] or '-'} | {_fmt(r['kl'])} | {_fmt(r['max_diff'])} | {_fmt(r['cos_sim'], '.6f')} | "
               f"{r['roundtrip']} | {_fmt(r['max_diff_aligned'])} | {r['gap']} |" for r in rows]
+    reasons = [(m, why) for m, r in compared.items() if (why := not_pass_reason(r))]
+    if reasons: lines += ["", "Why a model failed or crashed:", ""] + [f"- {m}: {why}" for m, why in reasons]
     lines += ["", "## Architectural Differences per Model", ""]
     for m, r in compared.items(): lines += _arch_section(m, r)
     lines += ["## Parallelism Support", "",

@@ -18,8 +18,8 @@ from torch import nn
 
 # %% auto #0
 __all__ = ['REPO_ROOT', 'STATUS_ORDER', 'reports_root', 'model_dir', 'write_json_atomic', 'read_json', 'versions', 'utc_now',
-           'randomize_', 'cast_copy', 'worst_status', 'phase_record', 'save_record', 'UndeclaredParameterError',
-           'refuse_undeclared_parameters']
+           'randomize_', 'cast_copy', 'in_dtype', 'worst_status', 'phase_record', 'save_record',
+           'UndeclaredParameterError', 'refuse_undeclared_parameters']
 
 # %% ../nbs/00_core.ipynb #c506cee8
 REPO_ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
@@ -105,6 +105,10 @@ def cast_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
         new = t.detach().to(dtype, copy=True) if t.is_floating_point() else t.detach().clone()
         memo[id(t)] = nn.Parameter(new, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else new
     return copy.deepcopy(module, memo)
+
+def in_dtype(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    "`module` itself when its parameters are in `dtype` already (no copy), else `cast_copy(module, dtype)`: for read-only use."
+    return module if next(module.parameters()).dtype == dtype else cast_copy(module, dtype)
 
 # %% ../nbs/00_core.ipynb #6c6af123
 STATUS_ORDER = ("PASS", "WARN", "NO_MOE", "UNSUPPORTED", "BLOCKED", "FAIL", "ERROR")

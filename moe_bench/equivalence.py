@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .adapter import TITAN_EXPERTS
-from .core import cast_copy, phase_record, randomize_, refuse_undeclared_parameters, save_record, worst_status
+from .core import cast_copy, in_dtype, phase_record, randomize_, refuse_undeclared_parameters, save_record, worst_status
 from .extensions import Extension, applicable_extensions, combined, moe_branch_norms
 from .hf import LAYER_LEVEL, NoMoEError, decoder_layers, meta_model, moe_attr_name, moe_block, moe_layer_indices
 from .moe_probe import MoEProbe, probe_moe_block
@@ -115,7 +115,7 @@ def compare_moe_block(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, 
                       extension: Extension | None = None, # a moe_bench extension installed in the built Titan MoE
                      ) -> dict:
     "Figures and verdict of HF's block against Titan's `MoE` in `dtype` on one seeded input."
-    hf = hf_block if next(hf_block.parameters()).dtype == dtype else cast_copy(hf_block, dtype)  # no copy when it already fits
+    hf = in_dtype(hf_block, dtype)  # no copy when it already fits
     titan = build_titan_moe(hf, probe, share=True)  # views of HF's weights: nothing below writes to them
     if titan_transform is not None:  # assigned, not copied in: a copy would write through the views into HF's block
         titan.load_state_dict(titan_transform(dict(titan.state_dict())), strict=True, assign=True)

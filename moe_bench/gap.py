@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .alignment import PATCHES, torchtitan_digest
-from .core import cast_copy, phase_record, refuse_undeclared_parameters, save_record
+from .core import in_dtype, phase_record, refuse_undeclared_parameters, save_record
 from .equivalence import DTYPES, hf_router_gate_float32, moe_input, output_metrics, synthetic_moe_block
 from .hf import NoMoEError
 from .moe_probe import MoEProbe
@@ -63,7 +63,7 @@ def _sentence(patch, before: dict, after: dict, probe: MoEProbe, dtype: torch.dt
 
 def gap_table(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed: int = 0) -> tuple[list[dict], dict[str, Trace]]:
     "Rows baseline, +patch..., final for one dtype, and the trace of each row."
-    hf = hf_block if next(hf_block.parameters()).dtype == dtype else cast_copy(hf_block, dtype)  # nothing here writes to it
+    hf = in_dtype(hf_block, dtype)  # nothing here writes to it
     titan = build_titan_moe(hf, probe, gate_float32=False, share=True)  # torchtitan as installed; the patches read its weights only
     x_BLD = moe_input(probe.hidden_size, dtype, seed)
     rows, traces = [], {}

@@ -14,7 +14,7 @@ import torch
 import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
-from .equivalence import compare_moe_block, extension_check, layer_moe_check, synthetic_moe_block, with_extension
+from .equivalence import compare_moe_block, extension_check, layer_moe_check, materialize_, meta_moe_block, with_extension
 from .gap import gap_table
 from .hf import NoMoEError
 from .replacement import titan_roundtrip
@@ -68,11 +68,12 @@ def _check(model: str, small: bool, rec: dict) -> dict:
     reason = out_of_scope(model) if model in CONFIG_MAPPING else None
     if reason: return dict(status="UNSUPPORTED", reason=reason)
     syn, _, _ = synthetic_config(model, small=small)
-    block, probe, _ = synthetic_moe_block(syn)
+    block, probe = meta_moe_block(syn)
     rec["block"] = probe.asdict()
     if probe.issues:
         extensions = layer_moe_check(syn) if probe.level == "layer" else []
         return dict(status="BLOCKED", issues=probe.issues, extensions=extensions, status_with_extension=with_extension("BLOCKED", extensions))
+    materialize_(block, syn)
     roundtrip = titan_roundtrip(block, probe)
     eq = compare_moe_block(block, probe, torch.bfloat16)
     rows, _ = gap_table(block, probe, torch.bfloat16)

@@ -23,9 +23,9 @@ from .synth import synthetic_config
 
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'DTYPES', 'verdict', 'output_metrics', 'hf_router_gate_float32', 'capture_topk_ids',
-           'routing_agreement', 'meta_moe_block', 'synthetic_moe_block', 'moe_input', 'compare_moe_block',
-           'swap_gate_up', 'extension_check', 'with_extension', 'equivalence_phase', 'compare_layer_moe',
-           'layer_moe_check']
+           'routing_agreement', 'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block',
+           'compare_moe_block', 'swap_gate_up', 'extension_check', 'with_extension', 'equivalence_phase',
+           'compare_layer_moe', 'layer_moe_check']
 
 # %% ../nbs/03_equivalence.ipynb #5df969ef
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -95,19 +95,24 @@ def meta_moe_block(config) -> tuple[nn.Module, MoEProbe]:
     block = moe_block(decoder_layers(meta)[moe_layer_indices(meta)[0]])
     return block, probe_moe_block(block, config)
 
-def synthetic_moe_block(config, # synthetic config
-                        seed: int = 0,
-                       ) -> tuple[nn.Module, MoEProbe, list[str]]:
-    "The first MoE block of `config`'s model in float32 with random weights, its probe, and the tensors randomised."
-    block, probe = meta_moe_block(config)
+def materialize_(block: nn.Module, config, seed: int = 0) -> list[str]:
+    "Allocate a meta `block` on the CPU in float32 with seeded random values (in place); the tensors randomised."
     block.to_empty(device="cpu")
     randomized = randomize_(block, seed=seed, std=getattr(config, "initializer_range", 0.02))
-    return block.float().eval(), probe, randomized
+    block.float().eval()
+    return randomized
 
 def moe_input(hidden_size: int, dtype: torch.dtype, seed: int = 0, batch: int = 2, seq_len: int = 64) -> torch.Tensor:
     "The seeded input `x_BLD`, unit-variance like the normed hidden states an MoE block receives."
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(batch, seq_len, hidden_size, generator=gen).to(dtype)
+
+def synthetic_moe_block(config, # synthetic config
+                        seed: int = 0,
+                       ) -> tuple[nn.Module, MoEProbe, list[str]]:
+    "The first MoE block of `config`'s model in float32 with random weights, its probe, and the tensors randomised."
+    block, probe = meta_moe_block(config)
+    return block, probe, materialize_(block, config, seed)
 
 # %% ../nbs/03_equivalence.ipynb #dd037602
 def compare_moe_block(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed: int = 0,
@@ -160,14 +165,14 @@ def equivalence_phase(model: str, seed: int = 0) -> dict:
     "Phase 3 record for `model`."
     try: syn, overrides, real = synthetic_config(model)
     except NoMoEError as e: return phase_record(model, "equivalence", "NO_MOE", reason=str(e))
-    hf_block, probe, randomized = synthetic_moe_block(syn, seed)
+    hf_block, probe = meta_moe_block(syn)  # a blocked block is never allocated (cohere2_moe's would take 17.8 GB)
     base = dict(config=dict(overrides=overrides, full=syn.to_dict()), block=probe.asdict(),
-                hf_block=type(hf_block).__name__, hf_experts_implementation=syn._experts_implementation,
-                randomized=randomized)
+                hf_block=type(hf_block).__name__, hf_experts_implementation=syn._experts_implementation)
     if probe.issues:  # a layer-level MoE is still compared with the LayerMoE prototype, reported apart from the core
         extensions = layer_moe_check(syn, seed) if probe.level == "layer" else []
         return phase_record(model, "equivalence", "BLOCKED", **base, issues=probe.issues, extensions=extensions,
                             status_with_extension=with_extension("BLOCKED", extensions))
+    base["randomized"] = materialize_(hf_block, syn, seed)
     roundtrip = titan_roundtrip(hf_block, probe)
     metrics = {str(dt).removeprefix("torch."): compare_moe_block(hf_block, probe, dt, seed) for dt in DTYPES}
     control = compare_moe_block(hf_block, probe, torch.bfloat16, seed, titan_transform=swap_gate_up)

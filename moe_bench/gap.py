@@ -17,7 +17,7 @@ from torch import nn
 
 from .alignment import PATCHES, torchtitan_digest
 from .core import in_dtype, phase_record, refuse_undeclared_parameters, save_record
-from .equivalence import DTYPES, hf_router_gate_float32, moe_input, output_metrics, synthetic_moe_block
+from .equivalence import DTYPES, hf_router_gate_float32, materialize_, meta_moe_block, moe_input, output_metrics
 from .hf import NoMoEError
 from .moe_probe import MoEProbe
 from .replacement import build_titan_moe, export_titan_moe
@@ -104,8 +104,9 @@ def gap_analysis_phase(model: str, seed: int = 0) -> tuple[dict, dict]:
     "Phase 3c record for `model`, and the traces by dtype and row (for the plots)."
     try: syn, overrides, real = synthetic_config(model)
     except NoMoEError as e: return phase_record(model, "gap_analysis", "NO_MOE", reason=str(e)), {}
-    hf_block, probe, _ = synthetic_moe_block(syn, seed)
+    hf_block, probe = meta_moe_block(syn)
     if probe.issues: return phase_record(model, "gap_analysis", "BLOCKED", issues=probe.issues), {}
+    materialize_(hf_block, syn, seed)
     start, digest_before = time.perf_counter(), torchtitan_digest()
     tables, traces, figures = {}, {}, {}
     for dtype in DTYPES:

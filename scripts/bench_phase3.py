@@ -17,7 +17,7 @@ warnings.filterwarnings("ignore")
 
 import torch
 
-from moe_bench.equivalence import compare_moe_block, synthetic_moe_block
+from moe_bench.equivalence import compare_moe_block, materialize_, meta_moe_block
 from moe_bench.hf import NoMoEError
 from moe_bench.replacement import titan_roundtrip
 from moe_bench.synth import synthetic_config
@@ -33,8 +33,9 @@ def bench(model: str) -> str:
     start = time.perf_counter()
     try:
         syn, _, _ = synthetic_config(model)
-        block, probe, _ = synthetic_moe_block(syn)
+        block, probe = meta_moe_block(syn)
         if probe.issues: return f"{model:<14} BLOCKED: {'; '.join(probe.issues)}"
+        materialize_(block, syn)
         rt = titan_roundtrip(block, probe)
         res = {str(dt).removeprefix("torch."): compare_moe_block(block, probe, dt) for dt in (torch.bfloat16, torch.float32)}
         figures = "  ".join(f"{dt} {r['status']} kl={r['kl']:.2e}" for dt, r in res.items())

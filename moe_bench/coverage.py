@@ -14,7 +14,7 @@ import torch
 import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
-from .equivalence import compare_moe_block, extension_check, layer_moe_check, materialize_, meta_moe_block, with_extension
+from .equivalence import compare_moe_block, extension_check, hf_reference, layer_moe_check, materialize_, meta_moe_block, with_extension
 from .gap import gap_table
 from .hf import NoMoEError
 from .replacement import titan_roundtrip
@@ -75,11 +75,12 @@ def _check(model: str, small: bool, rec: dict) -> dict:
         return dict(status="BLOCKED", issues=probe.issues, extensions=extensions, status_with_extension=with_extension("BLOCKED", extensions))
     materialize_(block, syn)
     roundtrip = titan_roundtrip(block, probe)
-    eq = compare_moe_block(block, probe, torch.bfloat16)
+    ref = hf_reference(block, probe, torch.bfloat16)  # HF's run, once for the verdict and any extension
+    eq = compare_moe_block(block, probe, torch.bfloat16, ref=ref)
     rows, _ = gap_table(block, probe, torch.bfloat16)
     explained = rows[-1]["max_diff"] == 0.0 and roundtrip["status"] == "PASS"
     status = eq["status"] if explained else "FAIL"
-    extensions = extension_check(block, probe) if status == "WARN" else []
+    extensions = extension_check(block, probe, ref=ref) if status == "WARN" else []
     return dict(roundtrip=roundtrip, kl=eq["kl"], max_diff=eq["max_diff"], routing_agreement=eq["routing_agreement"],
                 equivalence=eq["status"], gap_final_max_diff=rows[-1]["max_diff"], gap_final=rows[-1]["description"],
                 status=status, extensions=extensions, status_with_extension=with_extension(status, extensions))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -23,9 +24,9 @@ from .synth import synthetic_config
 
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'DTYPES', 'verdict', 'output_metrics', 'hf_router_gate_float32', 'capture_topk_ids',
-           'routing_agreement', 'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block',
-           'compare_moe_block', 'swap_gate_up', 'extension_check', 'with_extension', 'equivalence_phase',
-           'compare_layer_moe', 'layer_moe_check']
+           'routing_agreement', 'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block', 'HFReference',
+           'hf_reference', 'compare_moe_block', 'swap_gate_up', 'extension_check', 'with_extension',
+           'equivalence_phase', 'compare_layer_moe', 'layer_moe_check']
 
 # %% ../nbs/03_equivalence.ipynb #5df969ef
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -69,15 +70,15 @@ def _int_tensor(out) -> torch.Tensor | None:
     return next((t for t in outs if isinstance(t, torch.Tensor) and not t.is_floating_point()), None)
 
 @contextmanager
-def capture_topk_ids(hf_router: nn.Module, titan_router: nn.Module):
-    "Collect each side's top-k expert ids `(T, K)` during the forwards inside the block."
+def capture_topk_ids(hf_router: nn.Module | None, titan_router: nn.Module | None):
+    "Collect each side's top-k expert ids `(T, K)` during the forwards inside the block (a side given as None is skipped)."
     seen = {}
     def hook(side):
         def f(mod, args, out):
             ids = _int_tensor(out)
             if ids is not None: seen[side] = ids.detach().reshape(-1, ids.shape[-1])
         return f
-    handles = [hf_router.register_forward_hook(hook("hf")), titan_router.register_forward_hook(hook("titan"))]
+    handles = [r.register_forward_hook(hook(side)) for side, r in (("hf", hf_router), ("titan", titan_router)) if r is not None]
     try: yield seen
     finally:
         for h in handles: h.remove()
@@ -115,26 +116,41 @@ def synthetic_moe_block(config, # synthetic config
     return block, probe, materialize_(block, config, seed)
 
 # %% ../nbs/03_equivalence.ipynb #dd037602
+@dataclass
+class HFReference:
+    "HF's block in one dtype, the seeded input and HF's output on it (with its top-k ids): what every comparison compares against."
+    block: nn.Module
+    x_BLD: torch.Tensor
+    out_BLD: torch.Tensor
+    ids_TK: torch.Tensor | None
+
+def hf_reference(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed: int = 0) -> HFReference:
+    "HF's forward in `dtype` on the seeded input, run once (its router gate in float32, the spec's one permitted change)."
+    hf = in_dtype(hf_block, dtype)  # no copy when it already fits
+    x_BLD = moe_input(probe.hidden_size, dtype, seed)
+    router = getattr(hf, probe.router_attr)
+    with torch.no_grad(), hf_router_gate_float32(router), capture_topk_ids(router, None) as ids:
+        out_BLD = hf(x_BLD)
+    return HFReference(hf, x_BLD, out_BLD, ids.get("hf"))
+
 def compare_moe_block(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed: int = 0,
                       titan_transform: Callable[[dict], dict] | None = None, # rewrites Titan's state dict (negative controls)
                       extension: Extension | None = None, # a moe_bench extension installed in the built Titan MoE
+                      ref: HFReference | None = None, # HF's run in `dtype` on the `seed` input, when already made
                      ) -> dict:
     "Figures and verdict of HF's block against Titan's `MoE` in `dtype` on one seeded input."
-    hf = in_dtype(hf_block, dtype)  # no copy when it already fits
-    titan = build_titan_moe(hf, probe, share=True)  # views of HF's weights: nothing below writes to them
+    ref = ref or hf_reference(hf_block, probe, dtype, seed)
+    titan = build_titan_moe(ref.block, probe, share=True)  # views of HF's weights: nothing below writes to them
     if titan_transform is not None:  # assigned, not copied in: a copy would write through the views into HF's block
         titan.load_state_dict(titan_transform(dict(titan.state_dict())), strict=True, assign=True)
     if extension is not None: extension.install(titan)
-    x_BLD = moe_input(probe.hidden_size, dtype, seed)
-    router = getattr(hf, probe.router_attr)
-    with torch.no_grad(), hf_router_gate_float32(router), capture_topk_ids(router, titan.router) as ids:
-        ref_BLD = hf(x_BLD)
-        out_BLD = titan(x_BLD)
-    metrics = output_metrics(ref_BLD, out_BLD)
-    metrics["routing_agreement"] = routing_agreement(ids.get("hf"), ids.get("titan"))
+    with torch.no_grad(), capture_topk_ids(None, titan.router) as ids:
+        out_BLD = titan(ref.x_BLD)
+    metrics = output_metrics(ref.out_BLD, out_BLD)
+    metrics["routing_agreement"] = routing_agreement(ref.ids_TK, ids.get("titan"))
     return dict(status=verdict(metrics["kl"]), dtype=str(dtype).removeprefix("torch."), **metrics,
-                output_dtypes=[str(ref_BLD.dtype).removeprefix("torch."), str(out_BLD.dtype).removeprefix("torch.")],
-                num_tokens=x_BLD.shape[0] * x_BLD.shape[1])
+                output_dtypes=[str(ref.out_BLD.dtype).removeprefix("torch."), str(out_BLD.dtype).removeprefix("torch.")],
+                num_tokens=ref.x_BLD.shape[0] * ref.x_BLD.shape[1])
 
 # %% ../nbs/03_equivalence.ipynb #4594ffe8
 def swap_gate_up(titan_sd: dict) -> dict:
@@ -146,12 +162,13 @@ def swap_gate_up(titan_sd: dict) -> dict:
 # %% ../nbs/03_equivalence.ipynb #04779049
 DTYPES = (torch.bfloat16, torch.float32)
 
-def extension_check(hf_block: nn.Module, probe: MoEProbe, seed: int = 0) -> list[dict]:
+def extension_check(hf_block: nn.Module, probe: MoEProbe, seed: int = 0, ref: HFReference | None = None) -> list[dict]:
     "bfloat16 verdict with each applicable moe_bench extension, then all of them together, and whether the gate/up swap control still fails."
     out, applicable = [], applicable_extensions(probe)
+    ref = ref or (hf_reference(hf_block, probe, torch.bfloat16, seed) if applicable else None)  # HF's run, once for all of them
     for ext in applicable + ([combined(applicable)] if len(applicable) > 1 else []):
-        r = compare_moe_block(hf_block, probe, torch.bfloat16, seed, extension=ext)
-        control = compare_moe_block(hf_block, probe, torch.bfloat16, seed, titan_transform=swap_gate_up, extension=ext)
+        r = compare_moe_block(hf_block, probe, torch.bfloat16, seed, extension=ext, ref=ref)
+        control = compare_moe_block(hf_block, probe, torch.bfloat16, seed, titan_transform=swap_gate_up, extension=ext, ref=ref)
         out.append(dict(name=ext.name, core_change=ext.core_change, status=r["status"], kl=r["kl"], max_diff=r["max_diff"],
                         negative_control_caught=control["status"] == "FAIL"))
     return out
@@ -174,12 +191,14 @@ def equivalence_phase(model: str, seed: int = 0) -> dict:
                             status_with_extension=with_extension("BLOCKED", extensions))
     base["randomized"] = materialize_(hf_block, syn, seed)
     roundtrip = titan_roundtrip(hf_block, probe)
-    metrics = {str(dt).removeprefix("torch."): compare_moe_block(hf_block, probe, dt, seed) for dt in DTYPES}
-    control = compare_moe_block(hf_block, probe, torch.bfloat16, seed, titan_transform=swap_gate_up)
+    metrics = {"float32": compare_moe_block(hf_block, probe, torch.float32, seed)}
+    bf16 = hf_reference(hf_block, probe, torch.bfloat16, seed)  # HF's bfloat16 run, once for the verdict, the control and the extensions
+    metrics = {"bfloat16": compare_moe_block(hf_block, probe, torch.bfloat16, seed, ref=bf16)} | metrics
+    control = compare_moe_block(hf_block, probe, torch.bfloat16, seed, titan_transform=swap_gate_up, ref=bf16)
     negative = dict(mapping="experts' gate and up projections swapped", status=control["status"],
                     kl=control["kl"], max_diff=control["max_diff"], caught=control["status"] == "FAIL")
     status = worst_status(metrics["bfloat16"]["status"], roundtrip["status"], "PASS" if negative["caught"] else "FAIL")
-    extensions = extension_check(hf_block, probe, seed) if status != "PASS" and roundtrip["status"] == "PASS" else []
+    extensions = extension_check(hf_block, probe, seed, ref=bf16) if status != "PASS" and roundtrip["status"] == "PASS" else []
     return phase_record(model, "equivalence", status, status_float32=metrics["float32"]["status"],
                         status_with_extension=with_extension(status, extensions), extensions=extensions,
                         router_gate="float32 on both sides", metrics=metrics, roundtrip=roundtrip,

@@ -10,9 +10,10 @@ from .core import phase_record, save_record, refuse_undeclared_parameters
 from .hf import (decoder_layers, meta_model, moe_attr_name, moe_block, moe_layer_indices,
                           moe_layer_mechanism, real_config)
 from .moe_probe import attention_kind, probe_moe_block
+from .synth import config_with, synthetic_overrides
 
 # %% auto #0
-__all__ = ['CONFIG_FIELDS', 'config_fields', 'probe_model', 'compatibility_report']
+__all__ = ['CONFIG_FIELDS', 'config_fields', 'unset_fields', 'probe_model', 'compatibility_report']
 
 # %% ../nbs/01_probe.ipynb #cf3b7f23
 CONFIG_FIELDS = ("model_type", "hidden_size", "intermediate_size", "moe_intermediate_size",
@@ -31,15 +32,29 @@ def config_fields(config) -> dict:
     return {k: _field(config, k) for k in CONFIG_FIELDS}
 
 # %% ../nbs/01_probe.ipynb #e1aec3b8
+def unset_fields(config) -> tuple[list[str], bool]:
+    "Fields `config` leaves None that the Phase 2 rules give a value, and whether the model builds once they have it."
+    d = config.to_dict()
+    filled = {k: v for k, v in synthetic_overrides(config, config.num_hidden_layers).items() if k in d and d[k] is None}
+    if not filled: return [], False
+    try: meta_model(config_with(config, filled))
+    except Exception: return sorted(filled), False
+    return sorted(filled), True
+
 def probe_model(model: str, # model type or local config folder
                ) -> dict:
     "Phase 1 record for `model`: status, config fields, MoE layers, block probe, attention, round trip."
     config, source = real_config(model)
     base = dict(config_source=source, config=config_fields(config))
     try: meta = meta_model(config)
-    except Exception as e:
-        return phase_record(model, "probe", "UNSUPPORTED", **base,
-                            reason=f"AutoModelForCausalLM cannot build {config.model_type}: {type(e).__name__}: {e}")
+    except Exception as e:  # some classes' defaults leave fields to the checkpoint (dots1: the expert counts)
+        unset, synthetic_builds = unset_fields(config)
+        why = "" if not unset else (
+            f"; {source} leaves {', '.join(unset)} unset and no published values are recorded here, so the production model "
+            "cannot be built; " + ("the Phase 2 rules fill them, so phases 2-3 still run at the production hidden sizes" if synthetic_builds
+                                   else "it does not build with the Phase 2 values for them either"))
+        return phase_record(model, "probe", "UNSUPPORTED", **base, unset_fields=unset, synthetic_builds=synthetic_builds,
+                            reason=f"AutoModelForCausalLM cannot build {config.model_type}: {type(e).__name__}: {e}{why}")
     layers = decoder_layers(meta)
     moe_layers = moe_layer_indices(meta)
     base.update(num_layers=len(layers), moe_layers=moe_layers, dense_layers=[i for i in range(len(layers)) if i not in moe_layers],

@@ -20,8 +20,8 @@ from .hf import UnknownModelError, real_config
 
 # %% auto #0
 __all__ = ['NBS_DIR', 'PHASES', 'GOOD', 'NOT_APPLICABLE', 'REPORT_TEMPLATE', 'phase_notebook', 'parse_phases',
-           'declared_parameters', 'validate_parameters', 'report_cells', 'render_html', 'run_notebook', 'run_model',
-           'summary_line', 'exit_code', 'run_all', 'run_all_parallelism', 'save_and_return', 'main']
+           'declared_parameters', 'validate_parameters', 'report_cells', 'render_html', 'run_notebook', 'stops_the_run',
+           'run_model', 'summary_line', 'exit_code', 'run_all', 'run_all_parallelism', 'save_and_return', 'main']
 
 # %% ../nbs/06_runner.ipynb #da60c973
 NBS_DIR = REPO_ROOT / "nbs"
@@ -127,6 +127,12 @@ def run_notebook(model: str, name: str, notebook: Path, out_dir: str = "", log_o
     return record
 
 # %% ../nbs/06_runner.ipynb #b7631d5e
+def stops_the_run(rec: dict) -> bool:
+    "Whether later phases have nothing to run on after `rec`: no MoE, out of scope, a probe crash, or a production model"
+    " the Phase 2 rules cannot complete either (a class whose defaults leave fields unset is still compared at production widths)."
+    if rec["status"] == "NO_MOE": return True
+    return rec["phase"] == "probe" and (rec["status"] == "ERROR" or (rec["status"] == "UNSUPPORTED" and not rec.get("synthetic_builds")))
+
 def run_model(model: str, phases: list[int] = (1, 2, 3), out_dir: str = "", progress: bool = True) -> list[dict]:
     "Run phases of `model`; return their records."
     from tqdm.auto import tqdm
@@ -139,7 +145,7 @@ def run_model(model: str, phases: list[int] = (1, 2, 3), out_dir: str = "", prog
         rec = run_notebook(model, name, notebook, out_dir)
         records.append(rec)
         if not progress: print(f"[{model}] phase {phase} ({name}): {rec['status']} in {rec['wall_s']} s", flush=True)
-        if rec["status"] in ("NO_MOE", "UNSUPPORTED"): break
+        if stops_the_run(rec): break
     bar.close()
     return records
 
@@ -191,7 +197,7 @@ def run_all(out_dir: str = "", models: list[str] | None = None, progress: bool =
                 rec = phase_record(model, name, "ERROR", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
             rec["wall_s"] = round(time.perf_counter() - start, 1)
             recs.append(save_and_return(rec, out_dir))
-            if rec["status"] in ("NO_MOE", "UNSUPPORTED", "ERROR") and name == "probe": break
+            if stops_the_run(rec): break
         results[model] = recs
         if not progress: print(f"[all] {model}: " + ", ".join(f"{r['phase']} {r['status']}" for r in recs), flush=True)
         gc.collect()

@@ -14,7 +14,7 @@ from .hf import NoMoEError, decoder_layers, meta_model, moe_layer_indices, real_
 __all__ = ['SYNTHETIC_EXPERTS', 'SYNTHETIC_TOP_K', 'EXPERT_COUNT_FIELDS', 'EXTRA_EXPERT_FIELDS', 'TOP_K_FIELDS', 'GROUP_FIELDS',
            'FIXED_FIELDS', 'MOE_LAYER_FIELDS', 'MLA_FIELDS', 'DSA_FIELDS', 'QSA_FIELDS', 'SYNTHETIC_HEADS',
            'FAMILY_OVERRIDES', 'SMALL_HIDDEN', 'SMALL_INTERMEDIATE', 'SMALL_HEAD_DIM', 'KEY_FIELDS',
-           'synthetic_overrides', 'synthetic_config', 'config_phase']
+           'synthetic_overrides', 'config_with', 'synthetic_config', 'config_phase']
 
 # %% ../nbs/02_config.ipynb #0a619736
 SYNTHETIC_EXPERTS, SYNTHETIC_TOP_K = 8, 2
@@ -111,7 +111,8 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
             out[k] = v[:num_layers]
     return out
 
-def _build(real: PretrainedConfig, overrides: dict) -> PretrainedConfig:
+def config_with(real: PretrainedConfig, overrides: dict) -> PretrainedConfig:
+    "`real` rebuilt through its class with `overrides` applied (fields derived in `__init__` are derived again)."
     aliases = getattr(type(real), "attribute_map", {})  # dbrx: hidden_size is d_model; set the stored field itself
     cfg = type(real).from_dict({**real.to_dict(), **{aliases.get(k, k): v for k, v in overrides.items()}})
     cfg._attn_implementation = "sdpa"  # meta_model falls back to eager where a family has no SDPA
@@ -121,12 +122,12 @@ def synthetic_config(model: str, small: bool = False) -> tuple[PretrainedConfig,
     "The test config of `model` (`small`: tiny widths for quick coverage runs), its overrides, and the real config."
     real, _ = real_config(model)
     probe_layers = min(real.num_hidden_layers, 4)
-    meta = meta_model(_build(real, synthetic_overrides(real, probe_layers, small)))
+    meta = meta_model(config_with(real, synthetic_overrides(real, probe_layers, small)))
     moe_layers = moe_layer_indices(meta)
     if not moe_layers: raise NoMoEError(f"{real.model_type}: no MoE layer within {probe_layers} layers after the Phase 2 rules")
     per_layer = max(1, probe_layers // len(decoder_layers(meta)))  # longcat_flash counts two sublayers per decoder layer
     overrides = synthetic_overrides(real, (moe_layers[0] + 1) * per_layer, small)
-    return _build(real, overrides), overrides, real
+    return config_with(real, overrides), overrides, real
 
 # %% ../nbs/02_config.ipynb #129194f5
 KEY_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",

@@ -22,6 +22,7 @@ from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 
 from .extensions import Float32CombineDispatcher
 from .replacement import Float32Gate
+from .traces import hf_row_pairs
 
 # %% auto #0
 __all__ = ['ALIGN', 'TITAN_ROUTE_NORM_EPS', 'PATCHES', 'torchtitan_digest', 'patch_attr', 'f32_combine', 'token_order_combine',
@@ -51,7 +52,7 @@ def patch_attr(owner, name: str, value):
 
 # %% ../nbs/03b_alignment.ipynb #8db49675
 ALIGN = dict(combine_f32=False, combine_token_order=False, experts_dtype="bfloat16", experts_fused_gate_up=False,
-             experts_hf_layout="standard", experts_act_f32=False)
+             experts_hf_layout="standard", experts_act_f32=False, hf_kernel="grouped_mm")
 
 @contextmanager
 def _switch(**values):
@@ -204,17 +205,18 @@ def softmax_over_topk(titan, probe=None):
 
 # %% ../nbs/03b_alignment.ipynb #d6232d3f
 def _reorder_as_hf_kernel(self, x_TD, topk_scores_TK, topk_expert_ids_TK):
-    "torchtitan's `_local_reorder`, grouping the (token, k) pairs with `torch.sort` as HF's grouped_mm kernel does."
-    pairs_N = torch.sort(topk_expert_ids_TK.view(-1))[1]  # not stable: the order inside a group is the sort's own
+    "torchtitan's `_local_reorder`, grouping the (token, k) pairs in the order HF's experts kernel takes them."
+    pairs_N = hf_row_pairs(ALIGN["hf_kernel"], topk_expert_ids_TK)  # grouped_mm: its unstable sort; eager: (k, token) per expert
     self._pairs_experts_sorted_N, self._top_k_shape = pairs_N, topk_expert_ids_TK.shape
     token_indices_experts_sorted_N = pairs_N // self.top_k
     return x_TD[token_indices_experts_sorted_N], token_indices_experts_sorted_N, topk_scores_TK.view(-1)[pairs_N]
 
 @contextmanager
 def hf_row_order(titan=None, probe=None):
-    "Patch (kernel alignment): rows grouped per expert in HF's grouped_mm order (only where HF runs that kernel)."
-    if probe is not None and probe.experts_kernel != "grouped_mm": yield; return
-    with patch_attr(LocalTokenDispatcher, "_local_reorder", _reorder_as_hf_kernel): yield
+    "Patch (kernel alignment): rows grouped per expert in the order HF's kernel takes them (grouped_mm or its eager loop)."
+    kernel = probe.experts_kernel if probe is not None else "grouped_mm"
+    if kernel not in ("grouped_mm", "eager"): yield; return  # batched_mm: one matmul per row, no groups
+    with patch_attr(LocalTokenDispatcher, "_local_reorder", _reorder_as_hf_kernel), _switch(hf_kernel=kernel): yield
 
 # %% ../nbs/03b_alignment.ipynb #d3fa955f
 @dataclass(frozen=True)
@@ -244,8 +246,8 @@ PATCHES = (
     Patch("route-norm epsilon", "top-k renormalisation with HF's constant on the sum instead of 1e-20", route_norm_epsilon,
           lambda p, dt: p.route_norm and p.route_norm_eps not in (None, TITAN_ROUTE_NORM_EPS), "routers adding another constant"),
     Patch("kernel align: fused gate-up", "gate and up from one grouped matmul on cat(w1, w3), as HF's kernel", fused_gate_up),
-    Patch("kernel align: HF's row order", "pairs grouped per expert with HF's torch.sort, not a stable argsort", hf_row_order,
-          lambda p, dt: p.experts_kernel == "grouped_mm", "HF's grouped_mm kernel, whose sort is not stable"),
+    Patch("kernel align: HF's row order", "pairs grouped per expert in HF's kernel's order, not by a stable argsort", hf_row_order,
+          lambda p, dt: p.experts_kernel in ("grouped_mm", "eager"), "HF kernels that group rows per expert (grouped_mm, eager loops)"),
     Patch("activation in f32", "silu(gate) * up in float32, rounded once, as HF's experts", activation_float32,
           lambda p, dt: p.activation_dtype == "float32", "experts that evaluate the activation in float32"),
 )

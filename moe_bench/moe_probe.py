@@ -17,11 +17,11 @@ from transformers import PretrainedConfig
 from .hf import nested_moe_blocks, router_name
 
 # %% auto #0
-__all__ = ['SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS', 'SCORE_BIAS_NAMES',
-           'ROUTE_SCALE_NAMES', 'MoEProbe', 'resolve_score_func', 'resolve_route_norm', 'resolve_route_norm_eps',
-           'resolve_score_bias_on', 'resolve_experts_dtypes', 'probe_experts', 'probe_shared_experts',
-           'resolve_route_scale', 'router_weight_key', 'probe_moe_block', 'layer_level_blockers', 'titan_blockers',
-           'attention_kind']
+__all__ = ['SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS', 'GROUPED_MM_ALIGN',
+           'SCORE_BIAS_NAMES', 'ROUTE_SCALE_NAMES', 'MoEProbe', 'resolve_score_func', 'resolve_route_norm',
+           'resolve_route_norm_eps', 'resolve_score_bias_on', 'resolve_experts_dtypes', 'probe_experts',
+           'probe_shared_experts', 'resolve_route_scale', 'router_weight_key', 'probe_moe_block',
+           'layer_level_blockers', 'titan_blockers', 'attention_kind']
 
 # %% ../nbs/00b_moe_probe.ipynb #1d083508
 @dataclass(kw_only=True)
@@ -195,6 +195,7 @@ def probe_shared_experts(block: nn.Module) -> dict:
 # %% ../nbs/00b_moe_probe.ipynb #74e309b8
 TITAN_SCORE_FUNCS = ("softmax", "sigmoid")
 TITAN_ACTIVATIONS = ("silu",)
+GROUPED_MM_ALIGN = 8  # torch._grouped_mm needs 16-byte-aligned strides: 8 bfloat16 elements
 
 def _get_tensor(module: nn.Module, key: str) -> torch.Tensor:
     owner, _, name = key.rpartition(".")
@@ -321,6 +322,10 @@ def titan_blockers(probe: MoEProbe) -> list[str]:
         out.append(f"expert activation {probe.activation!r}: GroupedExperts hard-codes SiLU-gated experts")
     if probe.expert_bias:
         out.append("per-expert biases: GroupedExperts has no expert bias terms")
+    if probe.experts_format == "fused" and (probe.moe_intermediate_size % GROUPED_MM_ALIGN or probe.hidden_size % GROUPED_MM_ALIGN):
+        out.append(f"expert widths (hidden {probe.hidden_size}, intermediate {probe.moe_intermediate_size}) not multiples of "
+                   f"{GROUPED_MM_ALIGN}: torch._grouped_mm needs 16-byte-aligned strides, so GroupedExperts cannot run them in "
+                   "bfloat16; it needs the expert weights padded to a multiple of 8")
     if probe.router_bias:
         out.append("router bias: make_router_config(bias=True) plus its key mapping")
     if probe.score_bias_on == "logits":

@@ -19,8 +19,8 @@ from torch import nn
 from .moe_probe import MoEProbe
 
 # %% auto #0
-__all__ = ['STAGES', 'STAGE_NOTES', 'FLOOR', 'slot_of_pair', 'rows_to_slots', 'by_slot', 'StageDiff', 'Trace', 'capture_hf',
-           'capture_titan', 'trace_moe', 'plot_pipeline', 'plot_output_heatmap', 'routing_disagreement',
+__all__ = ['STAGES', 'STAGE_NOTES', 'FLOOR', 'slot_of_pair', 'rows_to_slots', 'by_slot', 'StageDiff', 'Trace', 'hf_row_pairs',
+           'capture_hf', 'capture_titan', 'trace_moe', 'plot_pipeline', 'plot_output_heatmap', 'routing_disagreement',
            'plot_routing_disagreement', 'plot_histogram']
 
 # %% ../nbs/03a_traces.ipynb #0d02af23
@@ -134,7 +134,7 @@ def _hf_router_parts(out, num_experts: int):
     return (None if logits is None else logits.reshape(-1, num_experts),
             None if weights is None else weights.reshape(-1, K), ids.reshape(-1, K))
 
-def _hf_row_pairs(impl: str | None, ids_TK: torch.Tensor) -> torch.Tensor:
+def hf_row_pairs(impl: str | None, ids_TK: torch.Tensor) -> torch.Tensor:
     "Flat pair index `t * K + k` of each row HF's experts kernel processed, in the kernel's order."
     if impl == "grouped_mm": return torch.sort(ids_TK.reshape(-1))[1]  # the kernel's own sort, recomputed
     if impl == "batched_mm": return torch.arange(ids_TK.numel())
@@ -164,7 +164,7 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
     D = x_BLD.shape[-1]
     hidden_TD = seen["experts_in"][0].reshape(-1, D)
     impl = getattr(getattr(experts, "config", None), "_experts_implementation", None)
-    pairs = _hf_row_pairs(impl, ids_TK)
+    pairs = hf_row_pairs(impl, ids_TK)
     res = dict(router_logits=logits_TE, topk_ids=ids_TK.sort(-1).values,
                topk_weights=None if weights_TK is None else by_slot(weights_TK, ids_TK),
                expert_input=rows_to_slots(hidden_TD[torch.arange(T * K) // K], torch.arange(T * K), ids_TK),

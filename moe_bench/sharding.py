@@ -205,11 +205,11 @@ def parallel_test_model(model: str, layers: int = 2, seed: int = 0) -> tuple[nn.
     from moe_bench.core import randomize_
     from moe_bench.hf import real_config
     from moe_bench.replacement import swap_titan_moe
-    from moe_bench.synth import _build, synthetic_overrides
+    from moe_bench.synth import config_with, synthetic_overrides
     real, _ = real_config(model)
     overrides = synthetic_overrides(real, layers, small=True)
     if "first_k_dense_replace" in overrides: overrides["first_k_dense_replace"] = 1  # a dense layer first: its plan is exercised too
-    cfg = _build(real, overrides)
+    cfg = config_with(real, overrides)
     try: hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     except ValueError as e:
         if "scaled_dot_product_attention" in str(e):  # a family without SDPA support runs HF's eager attention

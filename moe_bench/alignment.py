@@ -52,7 +52,7 @@ def patch_attr(owner, name: str, value):
 
 # %% ../nbs/03b_alignment.ipynb #8db49675
 ALIGN = dict(combine_f32=False, combine_token_order=False, experts_dtype="bfloat16", experts_fused_gate_up=False,
-             experts_hf_layout="standard", experts_act_f32=False, hf_kernel="grouped_mm")
+             experts_hf_layout="standard", experts_act_f32=False, hf_kernel=None)
 
 @contextmanager
 def _switch(**values):
@@ -67,10 +67,13 @@ _original_local_reorder = LocalTokenDispatcher._local_reorder
 _original_combine = LocalTokenDispatcher.combine
 
 def _reorder_keeping_permutation(self, x_TD, topk_scores_TK, topk_expert_ids_TK):
-    "torchtitan's `_local_reorder`, plus the full (token, k) permutation kept for a token-order combine."
-    self._pairs_experts_sorted_N = torch.argsort(topk_expert_ids_TK.view(-1), stable=True)
-    self._top_k_shape = topk_expert_ids_TK.shape
-    return _original_local_reorder(self, x_TD, topk_scores_TK, topk_expert_ids_TK)
+    "torchtitan's `_local_reorder` with the full (token, k) permutation kept; in HF's kernel's row order when `ALIGN['hf_kernel']` is set."
+    kernel = ALIGN["hf_kernel"]  # None: torchtitan's own stable argsort
+    pairs_N = torch.argsort(topk_expert_ids_TK.view(-1), stable=True) if kernel is None else hf_row_pairs(kernel, topk_expert_ids_TK)
+    self._pairs_experts_sorted_N, self._top_k_shape = pairs_N, topk_expert_ids_TK.shape
+    if kernel is None: return _original_local_reorder(self, x_TD, topk_scores_TK, topk_expert_ids_TK)
+    token_indices_experts_sorted_N = pairs_N // self.top_k
+    return x_TD[token_indices_experts_sorted_N], token_indices_experts_sorted_N, topk_scores_TK.view(-1)[pairs_N]
 
 def _aligned_combine(self, routed_output_RD, metadata, x_TD):
     "`combine` with float32 accumulation and, when switched on, HF's token-order sum over top-k."
@@ -204,19 +207,12 @@ def softmax_over_topk(titan, probe=None):
     with patch_attr(titan.router, "forward", types.MethodType(_softmax_over_topk_logits, titan.router)): yield
 
 # %% ../nbs/03b_alignment.ipynb #d6232d3f
-def _reorder_as_hf_kernel(self, x_TD, topk_scores_TK, topk_expert_ids_TK):
-    "torchtitan's `_local_reorder`, grouping the (token, k) pairs in the order HF's experts kernel takes them."
-    pairs_N = hf_row_pairs(ALIGN["hf_kernel"], topk_expert_ids_TK)  # grouped_mm: its unstable sort; eager: (k, token) per expert
-    self._pairs_experts_sorted_N, self._top_k_shape = pairs_N, topk_expert_ids_TK.shape
-    token_indices_experts_sorted_N = pairs_N // self.top_k
-    return x_TD[token_indices_experts_sorted_N], token_indices_experts_sorted_N, topk_scores_TK.view(-1)[pairs_N]
-
 @contextmanager
 def hf_row_order(titan=None, probe=None):
     "Patch (kernel alignment): rows grouped per expert in the order HF's kernel takes them (grouped_mm or its eager loop)."
     kernel = probe.experts_kernel if probe is not None else "grouped_mm"
     if kernel not in ("grouped_mm", "eager"): yield; return  # batched_mm: one matmul per row, no groups
-    with patch_attr(LocalTokenDispatcher, "_local_reorder", _reorder_as_hf_kernel), _switch(hf_kernel=kernel): yield
+    with patch_attr(LocalTokenDispatcher, "_local_reorder", _reorder_keeping_permutation), _switch(hf_kernel=kernel): yield
 
 # %% ../nbs/03b_alignment.ipynb #d3fa955f
 @dataclass(frozen=True)

@@ -191,9 +191,9 @@ def equivalence_phase(model: str, seed: int = 0) -> dict:
                             status_with_extension=with_extension("BLOCKED", extensions))
     base["randomized"] = materialize_(hf_block, syn, seed)
     roundtrip = titan_roundtrip(hf_block, probe)
-    metrics = {"float32": compare_moe_block(hf_block, probe, torch.float32, seed)}
+    f32 = compare_moe_block(hf_block, probe, torch.float32, seed)  # first, so the bfloat16 copy below is not held during it
     bf16 = hf_reference(hf_block, probe, torch.bfloat16, seed)  # HF's bfloat16 run, once for the verdict, the control and the extensions
-    metrics = {"bfloat16": compare_moe_block(hf_block, probe, torch.bfloat16, seed, ref=bf16)} | metrics
+    metrics = {"bfloat16": compare_moe_block(hf_block, probe, torch.bfloat16, seed, ref=bf16), "float32": f32}
     control = compare_moe_block(hf_block, probe, torch.bfloat16, seed, titan_transform=swap_gate_up, ref=bf16)
     negative = dict(mapping="experts' gate and up projections swapped", status=control["status"],
                     kl=control["kl"], max_diff=control["max_diff"], caught=control["status"] == "FAIL")

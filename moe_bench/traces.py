@@ -163,8 +163,7 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
     T, K = ids_TK.shape
     D = x_BLD.shape[-1]
     hidden_TD = seen["experts_in"][0].reshape(-1, D)
-    impl = getattr(getattr(experts, "config", None), "_experts_implementation", None)
-    pairs = hf_row_pairs(impl, ids_TK)
+    pairs = hf_row_pairs(probe.experts_kernel, ids_TK)
     res = dict(router_logits=logits_TE, topk_ids=ids_TK.sort(-1).values,
                topk_weights=None if weights_TK is None else by_slot(weights_TK, ids_TK),
                expert_input=rows_to_slots(hidden_TD[torch.arange(T * K) // K], torch.arange(T * K), ids_TK),

@@ -29,60 +29,133 @@ TITAN_SHARED = "shared_experts"
 @dataclass(frozen=True)
 class TensorRule:
     "How some HF tensors of a block become some Titan tensors, and back."
+
     hf: tuple[str, ...]
     titan: tuple[str, ...]
     to_titan: Callable[[list[torch.Tensor]], list[torch.Tensor]]
     to_hf: Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
-def _same(ts): return [t for t in ts]
+
+def _same(ts):
+    return [t for t in ts]
+
+
 def rename(hf: str, titan: str) -> TensorRule:
     "A tensor that only changes its name."
     return TensorRule((hf,), (titan,), _same, _same)
 
+
 def _split_gate_up(transposed: bool):
     "gate_up (E, 2I, H) or (E, H, 2I) -> [w1_EFD, w3_EFD], views of it."
+
     def f(ts):
         gate_up = ts[0].transpose(1, 2) if transposed else ts[0]
         return list(gate_up.chunk(2, dim=1))
+
     return f
+
 
 def _cat_gate_up(transposed: bool):
     "[w1_EFD, w3_EFD] -> gate_up in HF's layout."
+
     def f(ts):
         gate_up = torch.cat(ts, dim=1)
         return [gate_up.transpose(1, 2).contiguous() if transposed else gate_up]
+
     return f
 
+
 def _maybe_transpose(transposed: bool):
-    def f(ts): return [ts[0].transpose(1, 2) if transposed else ts[0]]  # a view either way
+    def f(ts):
+        return [ts[0].transpose(1, 2) if transposed else ts[0]]  # a view either way
+
     return f
+
+
+def _to_alternating(transposed: bool, interleave: bool):
+    "gate_up (E, 2I, H) or (E, H, 2I), or its bias (E, 2I) -> rows (E, 2I, ...) with gate and up alternating."
+
+    def f(ts):
+        t = ts[0].transpose(1, 2) if transposed else ts[0]
+        return [torch.stack(t.chunk(2, dim=1), dim=2).flatten(1, 2) if interleave else t]  # a copy, or a view
+
+    return f
+
+
+def _from_alternating(transposed: bool, interleave: bool):
+    "The inverse of `_to_alternating`: alternating rows back to HF's tensor."
+
+    def f(ts):
+        t = torch.cat(ts[0].unflatten(1, (-1, 2)).unbind(2), dim=1) if interleave else ts[0]
+        return [t.transpose(1, 2).contiguous() if transposed else t]
+
+    return f
+
 
 def block_rules(probe: MoEProbe) -> list[TensorRule]:
     "Every tensor rule of an MoE block, as its probe describes it."
-    t = probe.expert_layout == "transposed"
-    ex = probe.experts_attr
-    rules = [
-        rename(probe.router_weight, f"{TITAN_ROUTER}.weight"),
-        TensorRule((f"{ex}.gate_up_proj",), (f"{TITAN_EXPERTS}.w1_EFD", f"{TITAN_EXPERTS}.w3_EFD"),
-                   _split_gate_up(t), _cat_gate_up(t)),
-        TensorRule((f"{ex}.down_proj",), (f"{TITAN_EXPERTS}.w2_EDF",), _maybe_transpose(t), _maybe_transpose(t)),
-    ]
-    if probe.router_bias: rules.append(rename(probe.router_bias, f"{TITAN_ROUTER}.bias"))
+    rules = [rename(probe.router_weight, f"{TITAN_ROUTER}.weight"), *_experts_rules(probe)]
+    if probe.router_bias:
+        rules.append(rename(probe.router_bias, f"{TITAN_ROUTER}.bias"))
     if probe.score_bias:
         shape = tuple(probe.score_bias_shape or (probe.num_experts,))
-        rules.append(TensorRule((probe.score_bias,), (TITAN_EXPERT_BIAS,), lambda ts: [ts[0].reshape(-1)],
-                                lambda ts, shape=shape: [ts[0].reshape(shape)]))
+        rules.append(
+            TensorRule(
+                (probe.score_bias,),
+                (TITAN_EXPERT_BIAS,),
+                lambda ts: [ts[0].reshape(-1)],
+                lambda ts, shape=shape: [ts[0].reshape(shape)],
+            )
+        )
     if probe.shared_attr:
         s = probe.shared_attr
-        rules += [rename(f"{s}.gate_proj.weight", f"{TITAN_SHARED}.w1.weight"),
-                  rename(f"{s}.up_proj.weight", f"{TITAN_SHARED}.w3.weight"),
-                  rename(f"{s}.down_proj.weight", f"{TITAN_SHARED}.w2.weight")]
-    if probe.shared_gate_attr: rules.append(rename(f"{probe.shared_gate_attr}.weight", f"{TITAN_SHARED}.gate.weight"))
+        rules += [
+            rename(f"{s}.gate_proj.weight", f"{TITAN_SHARED}.w1.weight"),
+            rename(f"{s}.up_proj.weight", f"{TITAN_SHARED}.w3.weight"),
+            rename(f"{s}.down_proj.weight", f"{TITAN_SHARED}.w2.weight"),
+        ]
+    if probe.shared_gate_attr:
+        rules.append(rename(f"{probe.shared_gate_attr}.weight", f"{TITAN_SHARED}.gate.weight"))
     return rules
+
+
+def _experts_rules(probe: MoEProbe) -> list[TensorRule]:
+    "The experts' rules: torchtitan's SiLU `GroupedExperts`, or its gpt_oss experts for a clamped SwiGLU."
+    t, ex = probe.expert_layout == "transposed", probe.experts_attr
+    if probe.activation == "clamped_swiglu":
+        rows = probe.gate_up_order == "halves"  # GptOss alternates gate and up rows: halves are interleaved
+        return [
+            TensorRule(
+                (f"{ex}.gate_up_proj",),
+                (f"{TITAN_EXPERTS}.mlp1_weight_EGD",),
+                _to_alternating(t, rows),
+                _from_alternating(t, rows),
+            ),
+            TensorRule(
+                (f"{ex}.gate_up_proj_bias",),
+                (f"{TITAN_EXPERTS}.mlp1_bias_EG",),
+                _to_alternating(False, rows),
+                _from_alternating(False, rows),
+            ),
+            TensorRule(
+                (f"{ex}.down_proj",), (f"{TITAN_EXPERTS}.mlp2_weight_EDF",), _maybe_transpose(t), _maybe_transpose(t)
+            ),
+            rename(f"{ex}.down_proj_bias", f"{TITAN_EXPERTS}.mlp2_bias_ED"),
+        ]
+    return [
+        TensorRule(
+            (f"{ex}.gate_up_proj",),
+            (f"{TITAN_EXPERTS}.w1_EFD", f"{TITAN_EXPERTS}.w3_EFD"),
+            _split_gate_up(t),
+            _cat_gate_up(t),
+        ),
+        TensorRule((f"{ex}.down_proj",), (f"{TITAN_EXPERTS}.w2_EDF",), _maybe_transpose(t), _maybe_transpose(t)),
+    ]
 
 # %% ../nbs/00c_adapter.ipynb #017f18cb
 class UnmappedKeysError(KeyError):
     "A state dict holds keys that no rule maps, or lacks keys a rule needs."
+
 
 def _apply(sd: dict, rules: list[TensorRule], forward: bool) -> dict:
     src = (lambda r: r.hf) if forward else (lambda r: r.titan)
@@ -95,12 +168,15 @@ def _apply(sd: dict, rules: list[TensorRule], forward: bool) -> dict:
         raise UnmappedKeysError(f"unmapped keys {unmapped}; missing keys {missing}")
     out = {}
     for r in rules:
-        for k, v in zip(dst(r), fn(r)([sd[k] for k in src(r)])): out[k] = v
+        for k, v in zip(dst(r), fn(r)([sd[k] for k in src(r)])):
+            out[k] = v
     return out
+
 
 def hf_block_to_titan(hf_sd: dict, probe: MoEProbe) -> dict:
     "An HF MoE block's state dict in Titan `MoE` keys and layouts."
     return _apply(hf_sd, block_rules(probe), forward=True)
+
 
 def titan_block_to_hf(titan_sd: dict, probe: MoEProbe) -> dict:
     "A Titan `MoE` state dict back in the HF block's keys and layouts."
@@ -113,23 +189,31 @@ def moe_block_probes(model: nn.Module, config) -> dict[str, MoEProbe]:
     out = {}
     for layer in decoder_layers(model):
         attr = moe_attr_name(layer)
-        if attr is None: continue
-        out[f"{names[id(layer)]}.{attr}." if attr else f"{names[id(layer)]}."] = probe_moe_block(moe_block(layer), config)
+        if attr is None:
+            continue
+        out[f"{names[id(layer)]}.{attr}." if attr else f"{names[id(layer)]}."] = probe_moe_block(
+            moe_block(layer), config
+        )
     return out
+
 
 def _convert(sd: dict, probes: dict[str, MoEProbe], block_fn) -> dict:
     out, groups = {}, {p: {} for p in probes}
     for k, v in sd.items():
         prefix = next((p for p in probes if k.startswith(p)), None)
-        if prefix is None: out[k] = v
-        else: groups[prefix][k[len(prefix):]] = v
+        if prefix is None:
+            out[k] = v
+        else:
+            groups[prefix][k[len(prefix) :]] = v
     for prefix, block_sd in groups.items():
         out.update({prefix + k: v for k, v in block_fn(block_sd, probes[prefix]).items()})
     return out
 
+
 def hf_to_titan(hf_sd: dict, probes: dict[str, MoEProbe]) -> dict:
     "A full HF state dict with every MoE block in Titan keys."
     return _convert(hf_sd, probes, hf_block_to_titan)
+
 
 def titan_to_hf(titan_sd: dict, probes: dict[str, MoEProbe]) -> dict:
     "A full state dict with Titan MoE blocks back in HF keys."
@@ -138,9 +222,12 @@ def titan_to_hf(titan_sd: dict, probes: dict[str, MoEProbe]) -> dict:
 # %% ../nbs/00c_adapter.ipynb #dc334789
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     "max |a - b| in float64, slice by slice along the first dim (an expert tensor is never copied whole)."
-    if torch.equal(a, b): return 0.0
-    if a.ndim == 0: return (a.double() - b.double()).abs().item()
+    if torch.equal(a, b):
+        return 0.0
+    if a.ndim == 0:
+        return (a.double() - b.double()).abs().item()
     return max((a[i].double() - b[i].double()).abs().max().item() for i in range(a.shape[0]))
+
 
 def state_dict_diff(expected: dict, actual: dict) -> dict:
     "Compare two state dicts: PASS only with the same keys, shapes, dtypes and (where there is storage) bit-equal values."
@@ -148,15 +235,29 @@ def state_dict_diff(expected: dict, actual: dict) -> dict:
     shared = [k for k in expected if k in actual]
     bad = [k for k in shared if actual[k].shape != expected[k].shape or actual[k].dtype != expected[k].dtype]
     on_meta = any(t.is_meta for t in list(expected.values()) + list(actual.values()))
-    max_diff = None if on_meta else max((_max_abs_diff(expected[k], actual[k]) for k in shared if k not in bad and expected[k].numel()),
-                                        default=0.0)
+    max_diff = (
+        None
+        if on_meta
+        else max(
+            (_max_abs_diff(expected[k], actual[k]) for k in shared if k not in bad and expected[k].numel()), default=0.0
+        )
+    )
     ok = not missing and not unexpected and not bad and (on_meta or max_diff == 0.0)
-    return dict(status="PASS" if ok else "FAIL", max_diff=max_diff, missing=missing, unexpected=unexpected,
-                shape_mismatch=bad, values_compared=not on_meta, num_keys=len(expected))
+    return dict(
+        status="PASS" if ok else "FAIL",
+        max_diff=max_diff,
+        missing=missing,
+        unexpected=unexpected,
+        shape_mismatch=bad,
+        values_compared=not on_meta,
+        num_keys=len(expected),
+    )
+
 
 def roundtrip_check(hf_sd: dict, probes: dict[str, MoEProbe]) -> dict:
     "HF -> Titan -> HF through the adapter, compared with `state_dict_diff`."
-    try: back = titan_to_hf(hf_to_titan(hf_sd, probes), probes)
+    try:
+        back = titan_to_hf(hf_to_titan(hf_sd, probes), probes)
     except UnmappedKeysError as e:
         return dict(status="FAIL", max_diff=None, missing=[], unexpected=[], shape_mismatch=[], error=str(e))
     return state_dict_diff(hf_sd, back)

@@ -7,6 +7,7 @@ resident memory (this process, which does all the work). Not a test: run it by h
     python scripts/bench_phase3.py            # all nine
     python scripts/bench_phase3.py qwen3_moe  # some
 """
+
 import gc
 import resource
 import sys
@@ -17,12 +18,22 @@ warnings.filterwarnings("ignore")
 
 import torch
 
-from moe_bench.equivalence import compare_moe_block, materialize_, meta_moe_block
+from moe_bench.compare import compare_moe_block, materialize_, meta_moe_block
 from moe_bench.hf import NoMoEError
 from moe_bench.replacement import titan_roundtrip
 from moe_bench.synth import synthetic_config
 
-NINE = ("qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "olmoe", "deepseek_v2", "glm4_moe", "glm_moe_dsa", "gemma4_text")
+NINE = (
+    "qwen3_moe",
+    "qwen2_moe",
+    "mixtral",
+    "deepseek_v3",
+    "olmoe",
+    "deepseek_v2",
+    "glm4_moe",
+    "glm_moe_dsa",
+    "gemma4_text",
+)
 
 
 def peak_rss_gb() -> float:
@@ -34,13 +45,19 @@ def bench(model: str) -> str:
     try:
         syn, _, _ = synthetic_config(model)
         block, probe = meta_moe_block(syn)
-        if probe.issues: return f"{model:<14} BLOCKED: {'; '.join(probe.issues)}"
+        if probe.issues:
+            return f"{model:<14} BLOCKED: {'; '.join(probe.issues)}"
         materialize_(block, syn)
         rt = titan_roundtrip(block, probe)
-        res = {str(dt).removeprefix("torch."): compare_moe_block(block, probe, dt) for dt in (torch.bfloat16, torch.float32)}
+        res = {
+            str(dt).removeprefix("torch."): compare_moe_block(block, probe, dt)
+            for dt in (torch.bfloat16, torch.float32)
+        }
         figures = "  ".join(f"{dt} {r['status']} kl={r['kl']:.2e}" for dt, r in res.items())
-        line = (f"{model:<14} H={probe.hidden_size:<5} I={probe.moe_intermediate_size:<5} {figures}  roundtrip {rt['status']}"
-                f"  {time.perf_counter() - start:6.1f} s  peak so far {peak_rss_gb():.2f} GB")
+        line = (
+            f"{model:<14} H={probe.hidden_size:<5} I={probe.moe_intermediate_size:<5} {figures}  roundtrip {rt['status']}"
+            f"  {time.perf_counter() - start:6.1f} s  peak so far {peak_rss_gb():.2f} GB"
+        )
     except NoMoEError as e:
         line = f"{model:<14} NO_MOE: {e}"
     except Exception as e:  # a model that crashes is reported, and the benchmark goes on
@@ -52,6 +69,9 @@ def bench(model: str) -> str:
 if __name__ == "__main__":
     models = sys.argv[1:] or NINE
     t0 = time.perf_counter()
-    for m in models: print(bench(m), flush=True)
-    print(f"total {time.perf_counter() - t0:.1f} s wall, peak resident {peak_rss_gb():.2f} GB "
-          f"(targets: 45 s, 4.5 GB for all nine, bfloat16 and float32)")
+    for m in models:
+        print(bench(m), flush=True)
+    print(
+        f"total {time.perf_counter() - t0:.1f} s wall, peak resident {peak_rss_gb():.2f} GB "
+        f"(targets: 45 s, 4.5 GB for all nine, bfloat16 and float32)"
+    )

@@ -1,4 +1,5 @@
 """Shared test setup: every test writes reports into a temporary root, never into the committed reports/."""
+
 from pathlib import Path
 
 import pytest

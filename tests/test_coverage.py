@@ -1,12 +1,13 @@
 """Every MoE model type in the installed transformers, checked at small widths: probe, round trip,
 bfloat16 equivalence and gap analysis. The production-width batch is `moe-bench run --all`, not a CI step."""
+
 import pytest
 import torch
 
 from moe_bench.adapter import TITAN_EXPERT_BIAS
 from moe_bench.compat_doc import compat_doc, index_html, load_records
 from moe_bench.coverage import coverage_check, moe_model_candidates
-from moe_bench.equivalence import compare_moe_block, meta_moe_block, synthetic_moe_block
+from moe_bench.compare import compare_moe_block, meta_moe_block, synthetic_moe_block
 from moe_bench.synth import synthetic_config
 
 from conftest import REPO
@@ -24,22 +25,40 @@ def test_discovery_finds_the_known_families():
     assert set(KNOWN_GAPS) <= set(CANDIDATES), set(KNOWN_GAPS) - set(CANDIDATES)
 
 
-@pytest.mark.parametrize("model", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[m])) if m in KNOWN_GAPS else m
-    for m in CANDIDATES])
+@pytest.mark.parametrize(
+    "model",
+    [
+        pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[m])) if m in KNOWN_GAPS else m
+        for m in CANDIDATES
+    ],
+)
 def test_small_width_coverage(model):
     rec = coverage_check(model)
-    assert rec["status"] in ("PASS", "WARN", "BLOCKED", "UNSUPPORTED"), (rec["status"], rec.get("error") or rec.get("gap_final"))
+    assert rec["status"] in ("PASS", "WARN", "BLOCKED", "UNSUPPORTED"), (
+        rec["status"],
+        rec.get("error") or rec.get("gap_final"),
+    )
     if rec["status"] == "BLOCKED":
         assert rec["issues"] and all(":" in i for i in rec["issues"])  # each names what the core lacks
         if rec["block"].get("level") == "layer":  # router and experts beside the dense MLP: the LayerMoE prototype
-            assert (rec["status_with_extension"] or "").startswith("PASS with extension layer_moe"), rec["extensions"]
+            assert rec["expression"] == "layer_moe", rec["expression"]
+        if rec["expression"]:  # a moe_bench prototype holds it: its verdict stands beside the core's BLOCKED
+            assert (rec["status_with_extension"] or "").startswith(f"PASS with extension {rec['expression']}")
             assert all(e["negative_control_caught"] and e["roundtrip"] == "PASS" for e in rec["extensions"])
     if rec["status"] in ("PASS", "WARN"):
-        assert rec["roundtrip"]["max_diff"] == 0.0 and not rec["roundtrip"]["missing"] and not rec["roundtrip"]["unexpected"]
+        assert (
+            rec["roundtrip"]["max_diff"] == 0.0
+            and not rec["roundtrip"]["missing"]
+            and not rec["roundtrip"]["unexpected"]
+        )
         assert rec["gap_final_max_diff"] == 0.0, rec["gap_final"]
-    if rec["status"] == "WARN":  # the core alone falls short: a named extension must pass, its negative control caught
-        assert rec["status_with_extension"], rec["extensions"]
+    if "status_strict" in rec:  # compared: the strict verdict passes every explained block and catches its control
+        assert rec["negative_control_caught_strict"], rec
+        assert rec["mutations"] and all(rec["mutations"].values()), rec["mutations"]  # the sweep: each one caught
+        if rec.get("gap_final_max_diff") == 0.0 and rec["gap_final_max_diff_float32"] == 0.0:
+            assert rec["status_strict"] == "PASS", rec
+    if rec["status"] == "WARN" and rec["expression"] == "core":  # the core falls short: an extension must pass
+        assert rec["status_with_extension"], rec["extensions"]  # (torchtitan's model-specific MoEs have none)
     if rec["status"] == "PASS":
         assert rec["status_with_extension"] is None and rec["extensions"] == []
 
@@ -47,12 +66,14 @@ def test_small_width_coverage(model):
 def _bias_models():
     out = []
     for m in CANDIDATES:
-        if m in KNOWN_GAPS: continue
+        if m in KNOWN_GAPS:
+            continue
         try:
             _, p = meta_moe_block(synthetic_config(m, small=True)[0])
         except Exception:
             continue
-        if p.score_bias and not p.issues: out.append(m)
+        if p.score_bias and not p.issues:
+            out.append(m)
     return out
 
 

@@ -1,9 +1,10 @@
 """Phase 3 at production width: qwen3_moe passes, and broken weight mappings are caught (negative controls)."""
+
 import pytest
 import torch
 
 from moe_bench.adapter import TITAN_EXPERTS, TITAN_ROUTER
-from moe_bench.equivalence import compare_moe_block, swap_gate_up, synthetic_moe_block
+from moe_bench.compare import compare_moe_block, swap_gate_up, synthetic_moe_block
 from moe_bench.replacement import titan_roundtrip
 from moe_bench.synth import synthetic_config
 

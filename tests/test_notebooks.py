@@ -1,4 +1,5 @@
 """Every nbdev notebook runs top to bottom with its own tests (in-process, as `nbdev_test` runs them)."""
+
 import nbdev.test as nbt
 import pytest
 

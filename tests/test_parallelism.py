@@ -1,19 +1,24 @@
 """Phase 4 on DeepSeek-V3 (MLA attention, group routing, shared experts, a dense first layer) and on gemma4 (a
 layer-level MoE, run through the `LayerMoE` prototype), both in one torchrun launch: every configuration is checked
 against one process, and the wrong plans are caught. qwen3_moe's phase 4 runs in test_runs (moe-bench run)."""
+
 import pytest
 
-from moe_bench.parallelism import CONFIG_NAMES, parallelism_batch, parallelism_phase
+from moe_bench.parallel_worker import CONFIG_NAMES
+from moe_bench.parallelism import parallelism_batch, parallelism_phase
+from moe_bench.probe import probe_model
 
 
 @pytest.fixture(scope="module")
 def records():
-    return parallelism_batch(["deepseek_v3", "gemma4"])
+    return parallelism_batch({m: probe_model(m) for m in ("deepseek_v3", "gemma4")})
 
 
 def test_deepseek_v3_parallel_parity(records):
     rec = records["deepseek_v3"]
-    assert rec["status"] == "PASS", rec.get("error") or rec.get("output_tail") or [(c["name"], c["error"]) for c in rec["configs"]]
+    assert rec["status"] == "PASS", (
+        rec.get("error") or rec.get("output_tail") or [(c["name"], c["error"]) for c in rec["configs"]]
+    )
     assert rec["backend"] == "gloo" and rec["world_size"] == 4 and rec["plan_attention"] == "local_map"
     assert rec["launch"]["models"] == 2 and rec["extension"] is None
     configs = {c["name"]: c for c in rec["configs"]}
@@ -22,7 +27,9 @@ def test_deepseek_v3_parallel_parity(records):
     for c in configs.values():
         assert c["loss"] == [s["loss"] for s in c["steps"]] and len(c["loss"]) == 2
         tracked = c["steps"][0]["tracked"]
-        assert set(tracked) == {"router", "expert w1", "attention q", "embeddings"} and all(t["ok"] for t in tracked.values())
+        assert set(tracked) == {"router", "expert w1", "attention q", "embeddings"} and all(
+            t["ok"] for t in tracked.values()
+        )
     controls = {c["expected"]: c for c in rec["negative_controls"]}
     assert controls["setup check"]["caught"] and "post_attention_layernorm.weight" in controls["setup check"]["error"]
     assert controls["parity check"]["caught"] and controls["parity check"]["status"] == "FAIL"
@@ -43,5 +50,5 @@ def test_layer_level_moe_runs_with_its_prototype(records):
 
 
 def test_blocked_model_is_recorded_without_a_launch():
-    rec = parallelism_phase("gpt_oss")
+    rec = parallelism_phase("zaya", probe_model("zaya"))
     assert rec["status"] == "BLOCKED" and "phase 1 did not pass" in rec["reason"]

@@ -1,10 +1,13 @@
 """The main job end to end: the console script, plain papermill, and bad input answered clearly."""
+
 import json
 import re
 import subprocess
 
 import papermill
 import pytest
+
+from moe_bench import runner
 
 from conftest import REPO
 
@@ -14,8 +17,13 @@ def _record(root, model, phase):
 
 
 def test_moe_bench_run_qwen3_moe(reports_tmp):
-    proc = subprocess.run(["moe-bench", "run", "qwen3_moe", "--no-progress"], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = subprocess.run(
+        ["moe-bench", "run", "qwen3_moe", "--no-progress"], capture_output=True, text=True, timeout=900
+    )
+    # exit 0, or 1 where phase 3b's spec rule (KL < 1e-3 per layer, thresholds fixed) fails a layer of the trained
+    # checkpoint while its strict verdict passes: on trained weights HF's own bfloat16 KL is of that size too
+    pre = _record(reports_tmp, "qwen3_moe", "pretrained")
+    assert proc.returncode == (0 if pre["status"] in ("PASS", "WARN") else 1), proc.stdout + proc.stderr
     for phase in ("probe", "config", "equivalence", "gap_analysis"):
         rec = _record(reports_tmp, "qwen3_moe", phase)
         assert rec["status"] == "PASS", (phase, rec.get("error"))
@@ -34,26 +42,55 @@ def test_moe_bench_run_qwen3_moe(reports_tmp):
     html = (reports_tmp / "qwen3_moe" / "gap_analysis.html").read_text()
     assert html.count("data:image/png;base64") >= 2  # the plots are embedded, not linked
     par = _record(reports_tmp, "qwen3_moe", "parallelism")
-    assert par["status"] == "PASS", par.get("error") or [(c["name"], c["status"], c["error"]) for c in par.get("configs", [])]
+    assert par["status"] == "PASS", par.get("error") or [
+        (c["name"], c["status"], c["error"]) for c in par.get("configs", [])
+    ]
     assert [c["name"] for c in par["configs"]] == ["FSDP", "FSDP+EP", "TP", "FSDP+TP+EP"]
     assert all(c["status"] == "PASS" and len(c["loss"]) == 2 and c["max_grad_diff"] < 1e-5 for c in par["configs"])
     assert par["negative_controls"] and all(c["caught"] for c in par["negative_controls"])
     assert (reports_tmp / "qwen3_moe" / "parallelism.html").exists()
+    assert (pre["status"], pre["status_strict"]) in {("PASS", "PASS"), ("FAIL", "PASS")}, pre.get("reason")
+    assert pre["explained_at_logits"] and all(r["negative_control"]["caught"] for r in pre["layers"])
+    assert (reports_tmp / "qwen3_moe" / "pretrained.html").read_text().count("data:image/png;base64") >= 1
 
 
 def test_plain_papermill(tmp_path, reports_tmp):
     out = tmp_path / "out.ipynb"
-    papermill.execute_notebook(str(REPO / "nbs" / "03_equivalence.ipynb"), str(out),
-                               parameters={"model": "qwen3_moe"}, kernel_name="python3",
-                               cwd=str(REPO / "nbs"), progress_bar=False)
+    papermill.execute_notebook(
+        str(REPO / "nbs" / "03_equivalence.ipynb"),
+        str(out),
+        parameters={"model": "qwen3_moe"},
+        kernel_name="python3",
+        cwd=str(REPO / "nbs"),
+        progress_bar=False,
+    )
     assert _record(reports_tmp, "qwen3_moe", "equivalence")["status"] == "PASS"
+
+
+def test_plain_papermill_pretrained(tmp_path, reports_tmp):
+    "Phase 3b as a plain papermill run on another model's built-in trained checkpoint."
+    papermill.execute_notebook(
+        str(REPO / "nbs" / "03e_pretrained.ipynb"),
+        str(tmp_path / "out.ipynb"),
+        parameters={"model": "deepseek_v3"},
+        kernel_name="python3",
+        cwd=str(REPO / "nbs"),
+        progress_bar=False,
+    )
+    rec = _record(reports_tmp, "deepseek_v3", "pretrained")
+    assert rec["status_strict"] == "PASS" and [r["kind"] for r in rec["layers"]] == ["dense", "moe", "moe"]
 
 
 def test_plain_papermill_refuses_undeclared_parameter(tmp_path, reports_tmp):
     with pytest.raises(papermill.PapermillExecutionError, match="UndeclaredParameterError"):
-        papermill.execute_notebook(str(REPO / "nbs" / "01_probe.ipynb"), str(tmp_path / "o.ipynb"),
-                                   parameters={"modle": "qwen3_moe"}, kernel_name="python3",
-                                   cwd=str(REPO / "nbs"), progress_bar=False)
+        papermill.execute_notebook(
+            str(REPO / "nbs" / "01_probe.ipynb"),
+            str(tmp_path / "o.ipynb"),
+            parameters={"modle": "qwen3_moe"},
+            kernel_name="python3",
+            cwd=str(REPO / "nbs"),
+            progress_bar=False,
+        )
     assert not (reports_tmp / "qwen3_moe" / "probe.json").exists()  # refused before the phase ran
 
 
@@ -69,3 +106,13 @@ def test_model_without_moe_is_a_status(reports_tmp):
     rec = _record(reports_tmp, "llama", "probe")
     assert rec["status"] == "NO_MOE" and "no decoder layer" in rec["reason"]
     assert not (reports_tmp / "llama" / "equivalence.json").exists()
+
+
+def test_all_honours_phases(reports_tmp, monkeypatch):
+    "`moe-bench run --all --phases 2` runs phase 2 and nothing else (it used to run phases 1-3 whatever was asked)."
+    monkeypatch.setattr(runner, "moe_model_candidates", lambda: ["qwen3_moe", "llama"])
+    assert runner.main(["run", "--all", "--phases", "2", "--no-progress"]) == 0
+    assert sorted(p.name for p in (reports_tmp / "qwen3_moe").iterdir()) == ["config.json"]
+    assert runner.read_json(reports_tmp / "qwen3_moe" / "config.json")["status"] == "PASS"
+    assert runner.read_json(reports_tmp / "llama" / "config.json")["status"] == "NO_MOE"
+    assert (reports_tmp / "index.html").exists() and not (reports_tmp / "llama" / "probe.json").exists()

@@ -12,7 +12,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torchtitan.models.common.moe import GroupedExperts
 
-from .extensions import GeluTanhGroupedExperts, grouped_gated_mlp
+from .extensions import ClampedGluGroupedExperts, GeluTanhGroupedExperts, grouped_gated_mlp
 
 # %% auto #0
 __all__ = ['apply', 'revert', 'describe', 'sum_reductions_for_gloo']
@@ -54,13 +54,17 @@ def apply(cpu: bool = True) -> list[dict]:
         "experts compute in the input dtype",
         "upstream casts to bfloat16 (CUDA's grouped GEMM is bf16-only); CPU torch._grouped_mm computes float32",
     )
-    _patch(
-        GeluTanhGroupedExperts,
-        "compute_in_input_dtype",
-        True,
-        "the gelu_tanh_experts prototype computes in the input dtype",
-        "the same adaptation for moe_bench's GroupedExperts subclass, which follows upstream's bfloat16 otherwise",
-    )
+    for prototype, name in (
+        (GeluTanhGroupedExperts, "gelu_tanh_experts"),
+        (ClampedGluGroupedExperts, "clamped_glu_experts"),
+    ):
+        _patch(
+            prototype,
+            "compute_in_input_dtype",
+            True,
+            f"the {name} prototype computes in the input dtype",
+            "the same adaptation for moe_bench's GroupedExperts subclass, which follows upstream's bfloat16 otherwise",
+        )
     return describe()
 
 

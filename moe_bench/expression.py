@@ -16,16 +16,23 @@ from torchtitan.models.qwen3.sharding import _GROUPED_EXPERTS_PARAM_LAYOUT
 
 from .adapter import state_dict_diff
 from moe_bench.extensions import (
+    CLAMPED_GLU_CORE_CHANGE,
+    ClampedGluFeedForward,
+    ClampedGluGroupedExperts,
     InputDtypeGptOssExperts,
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
     LogitBiasRouter,
     build_layer_moe,
+    clamped_glu_of,
+    experts_gating,
     export_layer_moe,
     layer_moe_applies,
     layer_moe_sharding,
     layer_moe_state,
+    mlp_gating,
     moe_branch_norms,
+    plain_silu,
     swap_layer_moe,
 )
 from .hf import decoder_layers, moe_attr_name, moe_block
@@ -40,8 +47,8 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'gpt_oss_applies', 'logit_bias_applies',
-           'expression_of', 'Expressed', 'swap_titan_moe']
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'gpt_oss_applies',
+           'logit_bias_applies', 'clamped_glu_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +183,53 @@ LOGIT_BIAS = Expression(
     config=lambda probe: titan_moe_config(probe, check=False),
 )
 
+# %% ../nbs/00f_expression.ipynb #c1a9e0e2
+def _shared_mlp(block: nn.Module, probe: MoEProbe) -> nn.Module | None:
+    return getattr(block, probe.shared_attr) if probe.shared_experts != "none" and probe.shared_attr else None
+
+
+def clamped_glu_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for a clamped GLU in its experts (and shared expert) that `CLAMPED_GLUS` knows."
+    if not (probe.level == "block" and probe.experts_format == "fused" and "clamped" in probe.activation):
+        return False
+    experts = getattr(block, probe.experts_attr)
+    if (gating := experts_gating(experts)) is None or clamped_glu_of(experts, gating) is None:
+        return False
+    if (shared := _shared_mlp(block, probe)) is not None:
+        if isinstance(getattr(shared, "gate_up_proj", None), nn.Linear):  # minimax_m3_vl: no adapter rule for it yet
+            return False
+        gating = mlp_gating(shared)
+        if gating is None or not (plain_silu(gating) or clamped_glu_of(shared, gating)):
+            return False
+    as_core = dataclasses.replace(probe, activation="silu", swiglu_alpha=None, swiglu_limit=None, issues=[])
+    return probe.issues == titan_blockers(probe) and not titan_blockers(as_core)
+
+
+def _build_clamped_glu(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    titan = build_titan_moe(block, probe, gate_float32, share, config=titan_moe_config(probe, check=False))
+    experts, hf_experts = titan.routed_experts.inner_experts, getattr(block, probe.experts_attr)
+    experts.__class__, experts.glu = ClampedGluGroupedExperts, clamped_glu_of(hf_experts, experts_gating(hf_experts))
+    shared = _shared_mlp(block, probe)
+    if shared is not None and (glu := clamped_glu_of(shared, mlp_gating(shared))) is not None:
+        titan.shared_experts.__class__, titan.shared_experts.glu = ClampedGluFeedForward, glu
+    return titan
+
+
+CLAMPED_GLU = Expression(
+    name="clamped_glu_experts",
+    kind="prototype",
+    core_changes=(CLAMPED_GLU_CORE_CHANGE,),
+    scope="block",
+    applies=clamped_glu_applies,
+    build=_build_clamped_glu,
+    hf_state=lambda block, probe: block.state_dict(),
+    export=lambda titan, block, probe: export_titan_moe(titan, probe),
+    swap=_swap_block,
+    hf_output=lambda layer, attr, probe: getattr(layer, attr),
+    titan_output=lambda layer, attr, probe: getattr(layer, attr),
+    config=lambda probe: titan_moe_config(probe, check=False),
+)
+
 # %% ../nbs/00f_expression.ipynb #4ca93b45
 LAYER_MOE = Expression(
     name="layer_moe",
@@ -193,7 +247,7 @@ LAYER_MOE = Expression(
     sharding=layer_moe_sharding,
 )
 
-EXPRESSIONS: tuple[Expression, ...] = (CORE, GPT_OSS, LOGIT_BIAS, LAYER_MOE)
+EXPRESSIONS: tuple[Expression, ...] = (CORE, GPT_OSS, LOGIT_BIAS, CLAMPED_GLU, LAYER_MOE)
 
 
 def expression_of(

@@ -5,9 +5,11 @@
 # %% ../nbs/00e_extensions.ipynb #6620e3a7
 from __future__ import annotations
 
+import copy
+import math
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import spmd_types as spmd
 import torch
@@ -16,6 +18,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
 from torchtitan.models.common.decoder_sharding import dense_param_placement
+from torchtitan.models.common.feed_forward import FeedForward
 from torchtitan.models.common import moe as titan_moe
 from torchtitan.models.common.moe import GroupedExperts, MoE, RoutedExperts, TokenChoiceTopKRouter
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
@@ -28,12 +31,14 @@ from .moe_probe import MoEProbe
 from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 
 # %% auto #0
-__all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
-           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
-           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
-           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
-           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
-           'swap_layer_moe', 'layer_moe_sharding']
+__all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'LAYER_MOE_CORE_CHANGES',
+           'Float32CombineDispatcher', 'Extension', 'applicable_extensions', 'OutputScaledRoutedExperts',
+           'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp',
+           'InputDtypeGptOssExperts', 'LogitBiasRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating',
+           'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'NormScaledRouter',
+           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
+           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
+           'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -104,6 +109,8 @@ def grouped_gated_mlp(
     fused_gate_up: bool = False,  # gate and up from one grouped matmul on cat(w1, w3), as HF's kernels
     transposed_operands: bool = False,  # B operands as contiguous transposed copies (HF's (E, H, 2I) layout)
     keep_dtype: bool = False,  # return in the compute dtype (float32 experts feeding a float32 sum, as some HF loops)
+    glu: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    | None = None,  # (gate, up) -> h where it is more than act(gate) * up
 ) -> torch.Tensor:
     "torchtitan 0.3.0's `GroupedExperts.forward`, with what differs between it, its prototypes and HF's kernels as arguments."
     w1_EFD, w2_EDF, w3_EFD = experts.w1_EFD, experts.w2_EDF, experts.w3_EFD
@@ -122,7 +129,8 @@ def grouped_gated_mlp(
     else:
         gate_RF = experts._grouped_mm(A=x_RD_c, B_t=operand(w1_EFD), offs=offsets_E)
         up_RF = experts._grouped_mm(A=x_RD_c, B_t=operand(w3_EFD), offs=offsets_E)
-    h_RF = (act(gate_RF.float()) * up_RF.float()).to(dtype) if glu_float32 else act(gate_RF) * up_RF
+    glu = glu or (lambda g, u: act(g) * u)
+    h_RF = glu(gate_RF.float(), up_RF.float()).to(dtype) if glu_float32 else glu(gate_RF, up_RF)
     out_RD = experts._grouped_mm(A=h_RF, B_t=operand(w2_EDF), offs=offsets_E)
     return out_RD if keep_dtype else out_RD.type_as(x_RD)
 
@@ -245,6 +253,134 @@ class LogitBiasRouter(TokenChoiceTopKRouter):
         if self.route_norm:
             topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
         return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
+
+# %% ../nbs/00e_extensions.ipynb #c1a9e0d2
+CLAMPED_GLU_CORE_CHANGE = (
+    "clamped_glu_experts: a GroupedExperts and FeedForward activation option clamping the gate to max=limit (before "
+    "or after its SiLU, or gpt-oss's sigmoid-slope GLU with +1 on up, without expert biases) and up to +-limit"
+)
+
+
+def _silu_clamp_after(gate: torch.Tensor, up: torch.Tensor, limit: float, alpha: float | None) -> torch.Tensor:
+    return F.silu(gate).clamp(max=limit) * up.clamp(min=-limit, max=limit)
+
+
+def _silu_clamp_before(gate: torch.Tensor, up: torch.Tensor, limit: float, alpha: float | None) -> torch.Tensor:
+    return F.silu(gate.clamp(max=limit)) * up.clamp(min=-limit, max=limit)
+
+
+def _slope_glu_plus_one(gate: torch.Tensor, up: torch.Tensor, limit: float, alpha: float | None) -> torch.Tensor:
+    gate = gate.clamp(max=limit)
+    return (up.clamp(min=-limit, max=limit) + 1.0) * (gate * torch.sigmoid(gate * alpha))
+
+
+CLAMPED_GLUS: dict[str, Callable] = {  # (gate, up, limit, alpha) -> h, as HF writes each
+    "silu_clamp_after": _silu_clamp_after,  # step3p7
+    "silu_clamp_before": _silu_clamp_before,  # glm5_next, hy_v4, deepseek_v4
+    "slope_glu_plus_one": _slope_glu_plus_one,  # minimax_m3_vl (gpt-oss's GLU on halves, no biases)
+}
+
+
+class ClampedGlu(NamedTuple):
+    "One clamped GLU: its form in `CLAMPED_GLUS`, its limit and (for the sigmoid-slope form) its slope."
+
+    form: str
+    limit: float
+    alpha: float | None = None
+
+    def __call__(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return CLAMPED_GLUS[self.form](gate, up, self.limit, self.alpha)
+
+
+def _scalar(module: nn.Module, word: str) -> float | None:
+    "The value of `module`'s number attributes whose names hold `word` (`limit`, `swiglu_limit`); None unless one value."
+    found = {float(v) for k, v in vars(module).items() if word in k and type(v) in (int, float)}
+    return found.pop() if len(found) == 1 else None
+
+
+def _gate_up_values(scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    "Two (64, 16) float64 tensors of normal values times `scale`: the gate and up a gating is tried on."
+    return tuple(
+        torch.randn(64, 16, generator=torch.Generator().manual_seed(s), dtype=torch.float64) * scale for s in (0, 1)
+    )
+
+
+def plain_silu(gating: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
+    "Whether `gating` (gate, up) -> h is the core's `silu(gate) * up` on large values (no clamp anywhere)."
+    gate_RF, up_RF = _gate_up_values(50.0)
+    with torch.no_grad():
+        return torch.equal(gating(gate_RF, up_RF), F.silu(gate_RF) * up_RF)
+
+
+def clamped_glu_of(
+    module: nn.Module, gating: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> ClampedGlu | None:
+    "The `CLAMPED_GLUS` form that HF's `gating` (gate, up) -> h computes bit for bit, with `module`'s limit; None if none."
+    limit, alpha = _scalar(module, "limit"), _scalar(module, "alpha")
+    if limit is None:
+        return None
+    gate_RF, up_RF = _gate_up_values(3 * limit if math.isfinite(limit) else 8.0)  # most values past the clamp
+    with torch.no_grad():
+        h_RF = gating(gate_RF, up_RF)
+    return next(
+        (
+            ClampedGlu(form, limit, alpha)
+            for form, fn in CLAMPED_GLUS.items()
+            if (alpha is not None or form != "slope_glu_plus_one")
+            and torch.equal(fn(gate_RF, up_RF, limit, alpha), h_RF)
+        ),
+        None,
+    )
+
+
+def experts_gating(experts: nn.Module) -> Callable | None:
+    "HF's fused experts' gating as (gate, up) -> h (their `_apply_gate` on the halves); None where they have none."
+    apply_gate = getattr(experts, "_apply_gate", None)
+    return None if apply_gate is None else lambda g, u: apply_gate(torch.cat([g, u], dim=-1))
+
+
+class _Pick(nn.Module):
+    "A stand-in projection: one half of its input (0: gate, 1: up), or all of it (None)."
+
+    def __init__(self, half: int | None):
+        super().__init__()
+        self.half = half
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.half is None else x.chunk(2, dim=-1)[self.half]
+
+
+def mlp_gating(mlp: nn.Module) -> Callable | None:
+    "An HF gated MLP's gating as (gate, up) -> h: its own forward on a shallow copy whose projections (`gate_proj` and"
+    " `up_proj`, or a fused `gate_up_proj`, and `down_proj`) pick the halves of the input and pass h through."
+    fused = isinstance(getattr(mlp, "gate_up_proj", None), nn.Linear)
+    names = ("gate_up_proj", "down_proj") if fused else ("gate_proj", "up_proj", "down_proj")
+    if not all(isinstance(getattr(mlp, n, None), nn.Linear) for n in names):
+        return None
+    picks = dict(gate_up_proj=_Pick(None)) if fused else dict(gate_proj=_Pick(0), up_proj=_Pick(1))
+    stand_in = copy.copy(mlp)
+    stand_in._modules = dict(mlp._modules) | picks | dict(down_proj=_Pick(None))
+    return lambda g, u: stand_in(torch.cat([g, u], dim=-1))
+
+
+class ClampedGluGroupedExperts(GroupedExperts):
+    "Prototype of the core change: `GroupedExperts` with a clamped GLU (`self.glu`) instead of the hard-coded SiLU."
+
+    compute_in_input_dtype = False  # upstream computes in bfloat16; `cpu_compat` sets True, as for GroupedExperts
+    glu: ClampedGlu  # set on the instance by the expression that builds it
+
+    def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+        dtype = x_RD.dtype if self.compute_in_input_dtype else torch.bfloat16
+        return grouped_gated_mlp(self, x_RD, num_tokens_per_expert_E, F.silu, dtype, glu=self.glu)
+
+
+class ClampedGluFeedForward(FeedForward):
+    "Prototype of the same core change for the shared expert: `FeedForward` with a clamped GLU (`self.glu`)."
+
+    glu: ClampedGlu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(self.glu(self.w1(x), self.w3(x)))
 
 # %% ../nbs/00e_extensions.ipynb #9f7cef76
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:

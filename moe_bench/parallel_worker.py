@@ -274,14 +274,11 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
 # %% ../nbs/04c_worker.ipynb #305e6691
 def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan, bool, str]]:
     "(label, wrong plan, role rules on, what must catch it) for the model's plan."
-    out = [
-        (
-            "removed: post-attention norms left out of the plan",
-            plan.without("*.post_attention_layernorm"),
-            True,
-            "setup check",
-        )
-    ]
+    norms = [e.pattern.rsplit(".", 1)[-1] for e in plan.entries if e.spec.kind == "norm_sp" and ".layers." in e.pattern]
+    # cohere2 and other parallel blocks have one norm per layer: the control removes that one
+    norm = "post_attention_layernorm" if "post_attention_layernorm" in norms else norms[0]
+    what = "post-attention norms" if norm == "post_attention_layernorm" else f"every {norm}"
+    out = [(f"removed: {what} left out of the plan", plan.without(f"*.{norm}"), True, "setup check")]
     if plan.attention == "local_map":  # MLA sharded with the GQA recipe: local head shards, the "a" projections plain
         naive = {
             "replicate": lambda s: S("replicate", mode="plain"),

@@ -87,7 +87,9 @@ class Plan:
     )
 
     def without(self, pattern: str) -> Plan:
-        "A copy without the entries whose name matches `pattern` (a negative control)."
+        "A copy without the entries whose name matches `pattern` (a negative control; one that removes nothing is refused)."
+        if not any(fnmatch.fnmatchcase(e.pattern, pattern) for e in self.entries):
+            raise KeyError(pattern)
         return Plan(
             f"{self.name}-without[{pattern}]",
             [e for e in self.entries if not fnmatch.fnmatchcase(e.pattern, pattern)],

@@ -5,6 +5,10 @@
 # %% ../nbs/00g_synth.ipynb #6b3623f5
 from __future__ import annotations
 
+import importlib
+import inspect
+import sys
+
 from transformers import PretrainedConfig
 
 from .hf import NoMoEError, config_with, decoder_layers, meta_model, moe_layer_indices, real_config
@@ -73,6 +77,15 @@ def _sparse_marker(types: list) -> str:
     return max(set(sparse), key=sparse.count) if sparse else "sparse"
 
 
+def _always_builds_sliding_mask(real: PretrainedConfig) -> bool:
+    "Whether the family's decoder builds its sliding-window mask whatever its layer types (step3p7), so needs the window."
+    module = sys.modules.get(type(real).__module__.replace(".configuration_", ".modeling_"))
+    if module is None:
+        module = importlib.import_module(type(real).__module__.replace(".configuration_", ".modeling_"))
+    src = inspect.getsource(module)
+    return "create_sliding_window_causal_mask(" in src and "has_sliding_layers" not in src
+
+
 def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = False) -> dict:
     "Field -> value the spec's Phase 2 rules set on `real`, for `num_layers` layers (`small`: tiny widths too)."
     d = real.to_dict()
@@ -93,6 +106,11 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
         out["n_shared_experts"] = 1
     if "enable_moe_block" in d:
         out["enable_moe_block"] = True  # families whose MoE is a switch
+    if d.get("sliding_window", 0) is None and _always_builds_sliding_mask(real):
+        if "sliding_attention" not in (out.get("layer_types") or d.get("layer_types") or []):  # no layer reads it:
+            out["sliding_window"] = FIXED_FIELDS[
+                "max_position_embeddings"
+            ]  # a window over every position changes nothing
     if small:
         out |= {
             k: SMALL_INTERMEDIATE

@@ -28,8 +28,9 @@ __all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'MUTA
            'output_metrics', 'rel_l2', 'hf_float64_output', 'strict', 'in_hf_units', 'hf_router_gate_float32',
            'capture_topk_ids', 'routing_agreement', 'meta_moe_block', 'materialize_', 'moe_input',
            'synthetic_moe_block', 'memory_shortfall', 'HFReference', 'hf_reference', 'compare_moe_block',
-           'swap_gate_up', 'mutations', 'StrictRefs', 'strict_runs', 'mutation_sweep', 'strict_refs', 'extension_check',
-           'with_extension', 'compare_in_model', 'in_model_check', 'layer_with', 'cast_floats', 'compare_in_layer']
+           'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs', 'strict_runs', 'mutation_sweep', 'strict_refs',
+           'extension_check', 'with_extension', 'compare_in_model', 'in_model_check', 'layer_with', 'cast_floats',
+           'compare_in_layer']
 
 # %% ../nbs/00h_compare.ipynb #4516c348
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -268,7 +269,10 @@ def _expert_keys(sd: dict) -> list[str]:
 
 
 MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = {  # name: (applies to sd, rewrite)
-    "gate/up halves swapped": (lambda sd: True, swap_gate_up),
+    "gate/up halves swapped": (  # experts without a gate (the non_gated_experts prototype) have none to swap
+        lambda sd: f"{TITAN_EXPERTS}.w3_EFD" in sd or f"{TITAN_EXPERTS}.mlp1_weight_EGD" in sd,
+        swap_gate_up,
+    ),
     "expert order reversed": (lambda sd: True, lambda sd: _map(sd, _expert_keys(sd), lambda t: t.flip(0))),
     "router rows reversed": (
         lambda sd: True,
@@ -314,6 +318,11 @@ MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = { 
 def mutations(titan_sd: dict) -> dict[str, Callable[[dict], dict]]:
     "The mutations of `MUTATIONS` that apply to a Titan MoE's state dict."
     return {name: rewrite for name, (applies, rewrite) in MUTATIONS.items() if applies(titan_sd)}
+
+
+def first_mutation(titan_sd: dict) -> dict:
+    "The state dict under the first mutation of `MUTATIONS` that applies to it (the negative control of a prototype)."
+    return next(iter(mutations(titan_sd).values()))(titan_sd)
 
 
 class StrictRefs(NamedTuple):
@@ -495,8 +504,8 @@ def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
     rt = expression.roundtrip(hf_module, probe)
     combine = F32_COMBINE if probe.combine_dtype == "float32" else None
     bf16, f32 = (compare_in_model(model, expression, probe, dt, seed, extension=combine) for dt in DTYPES)
-    control = compare_in_model(
-        model, expression, probe, torch.bfloat16, seed, titan_transform=swap_gate_up, extension=combine
+    control = compare_in_model(  # the first mutation that applies: gate/up swapped, or the expert order reversed
+        model, expression, probe, torch.bfloat16, seed, titan_transform=first_mutation, extension=combine
     )
     status = bf16["status"] if rt["status"] == "PASS" else "FAIL"
     return [

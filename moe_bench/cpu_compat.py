@@ -12,7 +12,12 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torchtitan.models.common.moe import GroupedExperts
 
-from .extensions import ClampedGluGroupedExperts, GeluTanhGroupedExperts, grouped_gated_mlp
+from moe_bench.extensions import (
+    ClampedGluGroupedExperts,
+    GeluTanhGroupedExperts,
+    NonGatedGroupedExperts,
+    grouped_gated_mlp,
+)
 
 # %% auto #0
 __all__ = ['apply', 'revert', 'describe', 'sum_reductions_for_gloo']
@@ -57,6 +62,7 @@ def apply(cpu: bool = True) -> list[dict]:
     for prototype, name in (
         (GeluTanhGroupedExperts, "gelu_tanh_experts"),
         (ClampedGluGroupedExperts, "clamped_glu_experts"),
+        (NonGatedGroupedExperts, "non_gated_experts"),
     ):
         _patch(
             prototype,

@@ -9,12 +9,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
+import torch
 from torch import nn
 from torchtitan.models.common.moe import MoE
 from torchtitan.models.gpt_oss.sharding import _GPT_OSS_EXPERTS_PARAM_LAYOUT
 from torchtitan.models.qwen3.sharding import _GROUPED_EXPERTS_PARAM_LAYOUT
 
-from .adapter import state_dict_diff
+from .adapter import TITAN_EXPERTS, TITAN_SHARED, TensorRule, _apply, block_rules, rename, state_dict_diff
 from moe_bench.extensions import (
     CLAMPED_GLU_CORE_CHANGE,
     ClampedGluFeedForward,
@@ -22,6 +23,7 @@ from moe_bench.extensions import (
     InputDtypeGptOssExperts,
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
+    NON_GATED_CORE_CHANGE,
     LogitBiasRouter,
     build_layer_moe,
     clamped_glu_of,
@@ -30,6 +32,7 @@ from moe_bench.extensions import (
     layer_moe_applies,
     layer_moe_sharding,
     layer_moe_state,
+    make_non_gated_,
     mlp_gating,
     moe_branch_norms,
     plain_silu,
@@ -43,12 +46,14 @@ from moe_bench.replacement import (
     build_titan_moe,
     export_titan_moe,
     gpt_oss_moe_config,
+    load_titan_state_,
     titan_moe_config,
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'gpt_oss_applies',
-           'logit_bias_applies', 'clamped_glu_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'LAYER_MOE', 'EXPRESSIONS', 'Expression',
+           'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules',
+           'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -230,6 +235,70 @@ CLAMPED_GLU = Expression(
     config=lambda probe: titan_moe_config(probe, check=False),
 )
 
+# %% ../nbs/00f_expression.ipynb #c1a9e0g2
+def _is_non_gated_mlp(mlp: nn.Module) -> bool:
+    "An HF MLP of `up_proj`, `act_fn` and `down_proj` only (no gate): what `NonGatedFeedForward` computes."
+    linears = {n for n, m in mlp.named_children() if isinstance(m, nn.Linear)}
+    return linears == {"up_proj", "down_proj"} and isinstance(getattr(mlp, "act_fn", None), nn.Module)
+
+
+def _as_gated(block: nn.Module, probe: MoEProbe) -> MoEProbe:
+    "The probe as if the experts were the core's: what the core `MoE.Config` and its router and shared rules build on."
+    width = getattr(block, probe.experts_attr).up_proj.shape[1]
+    return dataclasses.replace(probe, experts_format="fused", activation="silu", moe_intermediate_size=width, issues=[])
+
+
+def non_gated_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for its non-gated experts (and shared expert, if it has one)."
+    if not (probe.level == "block" and probe.experts_format == "non_gated"):
+        return False
+    if not isinstance(getattr(getattr(block, probe.experts_attr), "act_fn", None), nn.Module):
+        return False
+    if (shared := _shared_mlp(block, probe)) is not None and not _is_non_gated_mlp(shared):
+        return False
+    return probe.issues == titan_blockers(probe) and not titan_blockers(_as_gated(block, probe))
+
+
+def non_gated_rules(block: nn.Module, probe: MoEProbe) -> list[TensorRule]:
+    "The core's router rules, with the experts' and shared expert's `up_proj` as `w1` and `down_proj` as `w2`."
+    ex, sh = probe.experts_attr, probe.shared_attr if _shared_mlp(block, probe) is not None else None
+    mine = (f"{ex}.",) + ((f"{sh}.",) if sh else ())
+    rules = [r for r in block_rules(_as_gated(block, probe)) if not r.hf[0].startswith(mine)]
+    rules += [rename(f"{ex}.up_proj", f"{TITAN_EXPERTS}.w1_EFD"), rename(f"{ex}.down_proj", f"{TITAN_EXPERTS}.w2_EDF")]
+    if sh:
+        rules += [
+            rename(f"{sh}.up_proj.weight", f"{TITAN_SHARED}.w1.weight"),
+            rename(f"{sh}.down_proj.weight", f"{TITAN_SHARED}.w2.weight"),
+        ]
+    return rules
+
+
+def _build_non_gated(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    with torch.device("meta"):
+        titan = titan_moe_config(_as_gated(block, probe), check=False).build()
+        make_non_gated_(titan.routed_experts.inner_experts, getattr(block, probe.experts_attr).act_fn)
+        if (shared := _shared_mlp(block, probe)) is not None:
+            make_non_gated_(titan.shared_experts, shared.act_fn)
+    state = _apply(block.state_dict(), non_gated_rules(block, probe), forward=True)
+    return load_titan_state_(titan, state, probe.num_experts, gate_float32, share)
+
+
+NON_GATED = Expression(
+    name="non_gated_experts",
+    kind="prototype",
+    core_changes=(NON_GATED_CORE_CHANGE,),
+    scope="block",
+    applies=non_gated_applies,
+    build=_build_non_gated,
+    hf_state=lambda block, probe: block.state_dict(),
+    export=lambda titan, block, probe: _apply(dict(titan.state_dict()), non_gated_rules(block, probe), forward=False),
+    swap=_swap_block,
+    hf_output=lambda layer, attr, probe: getattr(layer, attr),
+    titan_output=lambda layer, attr, probe: getattr(layer, attr),
+    config=lambda probe: titan_moe_config(probe, check=False),
+    expert_param_layout={k: v for k, v in _GROUPED_EXPERTS_PARAM_LAYOUT.items() if not k.startswith("w3")},
+)
+
 # %% ../nbs/00f_expression.ipynb #4ca93b45
 LAYER_MOE = Expression(
     name="layer_moe",
@@ -247,7 +316,7 @@ LAYER_MOE = Expression(
     sharding=layer_moe_sharding,
 )
 
-EXPRESSIONS: tuple[Expression, ...] = (CORE, GPT_OSS, LOGIT_BIAS, CLAMPED_GLU, LAYER_MOE)
+EXPRESSIONS: tuple[Expression, ...] = (CORE, GPT_OSS, LOGIT_BIAS, CLAMPED_GLU, NON_GATED, LAYER_MOE)
 
 
 def expression_of(

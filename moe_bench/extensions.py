@@ -31,14 +31,15 @@ from .moe_probe import MoEProbe
 from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 
 # %% auto #0
-__all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'LAYER_MOE_CORE_CHANGES',
-           'Float32CombineDispatcher', 'Extension', 'applicable_extensions', 'OutputScaledRoutedExperts',
-           'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp',
-           'InputDtypeGptOssExperts', 'LogitBiasRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating',
-           'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'NormScaledRouter',
-           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
-           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
-           'layer_moe_sharding']
+__all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'NON_GATED_CORE_CHANGE',
+           'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
+           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
+           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter', 'ClampedGlu',
+           'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts',
+           'ClampedGluFeedForward', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_',
+           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
+           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
+           'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -381,6 +382,49 @@ class ClampedGluFeedForward(FeedForward):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(self.glu(self.w1(x), self.w3(x)))
+
+# %% ../nbs/00e_extensions.ipynb #c1a9e0f2
+NON_GATED_CORE_CHANGE = (
+    "non_gated_experts: a GroupedExperts and FeedForward option without w3, computing down(act(up(x))) with the "
+    "model's activation (nemotron_h's relu2 experts and shared expert)"
+)
+
+
+class NonGatedGroupedExperts(GroupedExperts):
+    "Prototype of the core change: `GroupedExperts` without `w3`: `w2 @ act(w1 @ x)` per expert, `act` the model's."
+
+    compute_in_input_dtype = False  # upstream computes in bfloat16; `cpu_compat` sets True, as for GroupedExperts
+    act: nn.Module  # the HF experts' own activation module, set by the expression that builds it
+
+    def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+        dtype = x_RD.dtype if self.compute_in_input_dtype else torch.bfloat16
+        w1_EFD, w2_EDF = self.w1_EFD, self.w2_EDF
+        if isinstance(w1_EFD, DTensor):  # as upstream: EP/TP-sharded weights are used through their local shards
+            w1_EFD, w2_EDF = w1_EFD.to_local(), w2_EDF.to_local()
+        offsets_E = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
+        h_RF = self._grouped_mm(A=x_RD.to(dtype), B_t=w1_EFD.to(dtype).transpose(-2, -1), offs=offsets_E)
+        out_RD = self._grouped_mm(A=self.act(h_RF), B_t=w2_EDF.to(dtype).transpose(-2, -1), offs=offsets_E)
+        return out_RD.type_as(x_RD)
+
+
+class NonGatedFeedForward(FeedForward):
+    "Prototype of the same core change for the shared expert: `FeedForward` without `w3`, `w2(act(w1(x)))`."
+
+    act: nn.Module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(self.act(self.w1(x)))
+
+
+def make_non_gated_(module: GroupedExperts | FeedForward, act: nn.Module) -> None:
+    "Turn a (meta-built) `GroupedExperts` or `FeedForward` into its non-gated prototype, dropping its `w3`."
+    if isinstance(module, GroupedExperts):
+        module.__class__ = NonGatedGroupedExperts
+        del module.w3_EFD
+    else:
+        module.__class__ = NonGatedFeedForward
+        del module.w3
+    module.act = act
 
 # %% ../nbs/00e_extensions.ipynb #9f7cef76
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:

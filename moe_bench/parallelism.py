@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -146,24 +147,32 @@ def parallelism_batch(
         else:
             records[m] = phase_record(m, "parallelism", probe["status"], reason=f"phase 1 did not pass: {why}")
     for chunk in [runnable[i : i + MODELS_PER_LAUNCH] for i in range(0, len(runnable), MODELS_PER_LAUNCH)]:
-        with tempfile.TemporaryDirectory() as tmp:
-            rc, tail, wall = launch_worker(chunk, tmp, negative_controls=negative_controls)
-            launch = dict(models=len(chunk), wall_s=round(wall, 1), exit_code=rc)
-            for m in chunk:
-                path = os.path.join(tmp, f"{m}.json")
-                records[m] = (
-                    _record(m, json.load(open(path)), launch)
-                    if os.path.exists(path)
-                    else phase_record(
-                        m,
-                        "parallelism",
-                        "ERROR",
-                        error=f"torchrun exit {rc} before this model's results",
-                        output_tail=tail,
-                        launch=launch,
-                    )
-                )
+        done = _launch(chunk, negative_controls)
+        if len(chunk) > 1:  # a launch that died takes the models after the culprit with it: each of those alone
+            done |= {
+                m: _launch([m], negative_controls)[m]
+                for m in chunk
+                if done[m]["status"] == "ERROR" and "launch_error" in done[m]
+            }
+        records |= done
     return {m: records[m] for m in probes}
+
+
+def _launch(models: list[str], negative_controls: bool) -> dict[str, dict]:
+    "The phase 4 records of `models` from one torchrun launch; an ERROR naming how the launch ended for those it left without results."
+    with tempfile.TemporaryDirectory() as tmp:
+        rc, tail, wall = launch_worker(models, tmp, negative_controls=negative_controls)
+        launch = dict(models=len(models), wall_s=round(wall, 1), exit_code=rc)
+        killed = re.search(r"exitcode\s*:\s*-9\b", tail)  # SIGKILL: on this machine, the kernel's out-of-memory killer
+        why = f"torchrun exit {rc} before this model's results" + (
+            " (a rank was killed by SIGKILL, as the kernel's out-of-memory killer does)" if killed else ""
+        )
+        return {
+            m: _record(m, json.load(open(path)), launch)
+            if os.path.exists(path := os.path.join(tmp, f"{m}.json"))
+            else phase_record(m, "parallelism", "ERROR", error=why, launch_error=True, output_tail=tail, launch=launch)
+            for m in models
+        }
 
 
 def parallelism_phase(model: str, probe: dict, negative_controls: bool = True) -> dict:

@@ -8,7 +8,8 @@ the parent's resident size at the fork) and the resident memory after its import
     python scripts/bench_pretrained.py --layers 48     # deeper
 
 Printed: the checkpoint's size on disk and per layer, then per run the wall time, the peak and the peak above the
-post-import baseline, and the bound `embeddings + head + 3 layers + 1 GB` the issue sets for phase 3b.
+post-import baseline, and the bound `embeddings + head + 3 layers + 1 GB` the issue sets for phase 3b; for phase 3b
+also a second pass in the same process, its peak reset, once the one-time costs are paid.
 """
 
 import argparse
@@ -48,8 +49,15 @@ else:  # the whole phase 3b: per-layer checks in both dtypes, controls, three st
     rec, _ = pretrained.pretrained_phase("qwen3_moe", folder)
     assert rec["status"] in ("PASS", "WARN", "FAIL"), rec
 wall = time.perf_counter() - t
-print(json.dumps(dict(mode=mode, wall_s=round(wall, 2), baseline_gb=round(base, 3),
-                      peak_gb=round(status_gb("VmHWM"), 3))))
+out = dict(mode=mode, wall_s=round(wall, 2), baseline_gb=round(base, 3), peak_gb=round(status_gb("VmHWM"), 3))
+if mode == "phase_3b":  # again in the same process, its peak reset: what a pass costs once the one-time costs are paid
+    # (kernel code paged in, oneDNN's primitive cache filled with the shapes the experts' token counts take, the
+    # allocator's pools); what still grows with depth here would be layers kept
+    open("/proc/self/clear_refs", "w").write("5")  # resets VmHWM to the current resident size
+    warm_base = status_gb("VmRSS")
+    pretrained.pretrained_phase("qwen3_moe", folder)
+    out |= dict(warm_baseline_gb=round(warm_base, 3), warm_peak_gb=round(status_gb("VmHWM"), 3))
+print(json.dumps(out))
 """
 
 
@@ -119,3 +127,6 @@ if __name__ == "__main__":
                 f"{mode:<17} wall {r['wall_s']:7.2f} s   peak {r['peak_gb']:.3f} GB   above baseline {above * 1024:7.0f} MB"
                 f"   within bound+1GB: {r['peak_gb'] <= r['baseline_gb'] + bound + 1.0}"
             )
+            if "warm_peak_gb" in r:
+                warm = r["warm_peak_gb"] - r["warm_baseline_gb"]
+                print(f"{'  second pass':<17} above its start {warm * 1024:7.0f} MB   within bound: {warm <= bound}")

@@ -205,21 +205,24 @@ def test_false_positive_random_weights_pass_trained_catch(model, conversion):
 
 
 def test_streaming_memory_is_bounded_at_any_depth(tmp_path):
-    "Phase 3b in a subprocess on a 48-layer checkpoint (313 MB on disk) and a 12-layer one: the peak above the"
-    " post-import baseline stays below the whole checkpoint, within embeddings + head + 3 layers + a fixed 128 MB, and"
-    " does not grow with depth by the layers it streams."
+    "Phase 3b in a subprocess on a 48-layer checkpoint (313 MB on disk) and a 12-layer one. The first pass pays"
+    " one-time costs (kernel code paged in, oneDNN's primitive cache filling with the shapes the experts' token counts"
+    " take: measured 190 MB at 12 layers, 270 MB at 48) and stays within the issue's embeddings + head + 3 layers +"
+    " 1 GB; a second pass in the same process, its peak reset, stays within embeddings + head + 3 layers + a fixed"
+    " 128 MB, and does not grow with depth by the layers it streams."
     sys.path.insert(0, str(REPO / "scripts"))
     import bench_pretrained as bench
 
-    peaks = {}
+    cold, warm = {}, {}
     for layers in (12, 48):
         size = bench.make_checkpoint(tmp_path / f"deep{layers}", layers, 256)
         run = bench.run("phase_3b", tmp_path / f"deep{layers}")
-        peaks[layers] = run["peak_gb"] - run["baseline_gb"]
+        cold[layers] = run["peak_gb"] - run["baseline_gb"]
+        warm[layers] = run["warm_peak_gb"] - run["warm_baseline_gb"]
     bound = size["head_gb"] + 3 * size["layer_gb"] + 128 / 1024
     assert size["disk_gb"] > bound  # the whole model could not fit in the bound
-    assert peaks[48] <= bound, (peaks, bound)
-    # what grows with depth is bookkeeping (per-layer records, allocator fragments: measured 29 MB here and 33 MB on CI
-    # for the 36 extra layers of 6.5 MB, so under one MB a layer and not steady to the MB), never the layers themselves:
-    # keeping them would cost 36 x 6.5 = 233 MB, keeping one in four 58 MB; the growth must stay under that quarter
-    assert peaks[48] - peaks[12] <= (48 - 12) * size["layer_gb"] / 4, peaks
+    assert cold[48] <= bound - 128 / 1024 + 1.0, cold  # the issue's target, one-time costs included
+    assert warm[48] <= bound, (warm, bound)
+    # keeping the layers would cost 36 x 6.5 = 233 MB for the 36 extra ones, keeping one in four 58 MB: the growth of
+    # the second pass with depth must stay under that quarter
+    assert warm[48] - warm[12] <= (48 - 12) * size["layer_gb"] / 4, warm

@@ -94,7 +94,9 @@ def test_moe_bench_run_native(reports_tmp):
     assert rec["status"] == "PASS" and rec["controls_caught"], rec.get("error") or rec.get("verdict")
     assert [r["kind"] for r in rec["layers"]] == ["dense", "moe", "moe"]
     html = (reports_tmp / "deepseek_v3" / "native.html").read_text()
-    assert "data:image/png;base64" in html and not re.search(r"""<(script|link|img)[^>]+(src|href)=["']https?://""", html)
+    assert "data:image/png;base64" in html and not re.search(
+        r"""<(script|link|img)[^>]+(src|href)=["']https?://""", html
+    )
 
 
 def test_plain_papermill_refuses_undeclared_parameter(tmp_path, reports_tmp):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
+import re
 import shutil
 import tempfile
 import time
@@ -18,11 +20,12 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import and_masks, create_block_mask, flex_attention
 from torchtitan.models.common import ComplexRoPE, CosSinRoPE, Embedding, Linear, RMSNorm
-from torchtitan.models.common.attention import FlexAttention
+from torchtitan.models.common.attention import FlexAttention, FusedQKVLinear, get_sliding_window_mask_mod
 from torchtitan.models.common.config_utils import (
     get_attention_config,
+    make_token_dispatcher_config,
     make_ffn_config,
     make_gqa_config,
     make_moe_config,
@@ -30,7 +33,14 @@ from torchtitan.models.common.config_utils import (
     make_router_config,
 )
 from torchtitan.models.deepseek_v3 import DeepSeekV3Model, build_mla_moe_layers
+from torchtitan.models.common.linear import ScaledBiasRowwiseLinear
+from torchtitan.models.common.moe import RoutedExperts, TokenChoiceTopKRouter
 from torchtitan.models.deepseek_v3.state_dict_adapter import DeepSeekV3StateDictAdapter
+from torchtitan.models.gpt_oss import GptOssModel
+from torchtitan.models.gpt_oss.model import Attention as GptOssAttention
+from torchtitan.models.gpt_oss.model import GptOssTransformerBlock
+from torchtitan.models.gpt_oss.moe import GptOssGroupedExperts, GptOssMoE
+from torchtitan.models.gpt_oss.state_dict_adapter import GptOssStateDictAdapter
 from torchtitan.models.qwen3 import Qwen3Model
 from torchtitan.models.qwen3.model import Qwen3TransformerBlock
 from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
@@ -50,21 +60,27 @@ from moe_bench.compare import (
 from .core import cast_copy, hidden_of, peak_rss_gb, phase_record, worst_status
 from .hf import moe_attr_name, moe_block, router_name
 from .pretrained import _split, _training, holds, input_ids, logit_metrics
-from .replacement import Float32Gate
+from .extensions import InputDtypeGptOssExperts
+from .replacement import SWIGLU_ALPHA, Float32Gate
 from .trained import builtin_checkpoint
 
 # %% auto #0
-__all__ = ['COMMON_FIELDS', 'MLA_NORM_EPS', 'NATIVE', 'FLOAT64', 'FLOAT32', 'BFLOAT16', 'EXPERTS', 'CONTROLS', 'RIGHT',
-           'CPU_ADAPTATIONS', 'NativeUnsupported', 'Field', 'Requirement', 'NativeFamily', 'native_family',
-           'titan_values', 'mapping_table', 'carry_eps_', 'titan_config', 'build_native', 'eager_flex', 'causal_mask',
-           'NativeLoadError', 'hf_tensors', 'load_strict_', 'strip', 'titan_in', 'gate_float32_',
-           'experts_in_input_dtype', 'ratio_figures', 'compare_native', 'worst_ratios', 'native_verdict', 'interleave',
-           'deinterleave', 'permute_qk', 'swap_experts', 'swap_gate_up', 'zero_expert_bias', 'Control', 'run_control',
-           'random_checkpoint', 'random_controls', 'native_phase']
+__all__ = ['COMMON_FIELDS', 'MOE_FIELDS', 'EXPERTS', 'MLA_NORM_EPS', 'NATIVE', 'FLOAT64', 'FLOAT32', 'BFLOAT16', 'TITAN_EPS',
+           'CONTROLS', 'RIGHT', 'CPU_ADAPTATIONS', 'NativeUnsupported', 'NativeLoadError', 'Field', 'Requirement',
+           'NativeFamily', 'GptOssUnquantizedAdapter', 'gpt_oss_input_dtype_experts_', 'native_family', 'titan_values',
+           'mapping_table', 'carry_eps_', 'titan_config', 'build_native', 'eager_flex', 'attention_masks', 'hf_tensors',
+           'load_strict_', 'strip', 'titan_in', 'gate_float32_', 'experts_in_input_dtype', 'ratio_figures',
+           'compare_native', 'worst_ratios', 'native_verdict', 'interleave', 'deinterleave', 'permute_qk',
+           'swap_experts', 'swap_gate_up', 'zero_expert_bias', 'reshape_not_transpose', 'sinks_off', 'Control',
+           'run_control', 'random_checkpoint', 'random_controls', 'native_phase']
 
 # %% ../nbs/07_native.ipynb #9cdd2c78
 class NativeUnsupported(ValueError):
     "A checkpoint the native torchtitan model cannot express: the message names the field and why."
+
+
+class NativeLoadError(RuntimeError):
+    "The converted state dict does not match the native model: the message names missing and unexpected keys."
 
 
 @dataclass(kw_only=True)
@@ -129,11 +145,13 @@ COMMON_FIELDS = (
         note="YaRN's frequencies in the cache; its attention scale is the model's",
     ),
     Field(titan="max_seq_len", hf="max_position_embeddings"),
+    Field(titan="top_k", hf="num_experts_per_tok"),
+    Field(titan="enable_weight_tying", hf="tie_word_embeddings"),
+)
+MOE_FIELDS = (  # Qwen3-MoE and DeepSeek-V3 name their widths and top-k normalisation alike
     Field(titan="moe_hidden_dim", hf="moe_intermediate_size"),
     Field(titan="dense_hidden_dim", hf="intermediate_size", note="the dense layers' FFN"),
-    Field(titan="top_k", hf="num_experts_per_tok"),
     Field(titan="route_norm", hf="norm_topk_prob", note="top-k weights renormalised to sum 1"),
-    Field(titan="enable_weight_tying", hf="tie_word_embeddings"),
 )
 
 
@@ -150,6 +168,8 @@ class NativeFamily:
     requires: tuple[Requirement, ...]
     build_layers: Callable[..., list]  # the mapped fields -> per-layer Titan configs
     model_config: type  # torchtitan's model Config
+    adapt: Callable[[nn.Module], nn.Module] | None = None  # moe_bench's run-time adaptation of a loaded layer
+    note: str = ""  # what is moe_bench's rather than torchtitan's
 
 
 def _requires_false(name: str, why: str) -> Requirement:
@@ -160,6 +180,7 @@ _NAN = partial(nn.init.constant_, val=float("nan"))
 _INIT = {"weight": _NAN, "bias": _NAN}
 _NORM_INIT = {"weight": _NAN}
 _EXPERTS_INIT = {"w1_EFD": _NAN, "w2_EDF": _NAN, "w3_EFD": _NAN}
+EXPERTS = "moe.routed_experts.inner_experts"  # where a Titan layer keeps its routed experts
 
 
 def _norm(dim: int) -> RMSNorm.Config:
@@ -267,7 +288,109 @@ def _deepseek_v3_layers(v: dict) -> list:
         rope=rope,
     )
 
+# %% ../nbs/07_native.ipynb #329dfb6d
+_GPT_OSS_EXPERTS_INIT = {"mlp1_weight_EGD": _NAN, "mlp1_bias_EG": _NAN, "mlp2_weight_EDF": _NAN, "mlp2_bias_ED": _NAN}
 
+
+def _gpt_oss_layers(v: dict) -> list:
+    rope = CosSinRoPE.Config(dim=v["head_dim"], max_seq_len=v["max_seq_len"], theta=v["theta"], **v["rope_scaling"])
+    qkv_out = (v["n_heads"] + 2 * v["n_kv_heads"]) * v["head_dim"]
+    layers = []
+    for window in v["sliding_windows"]:
+        attention = GptOssAttention.Config(
+            n_heads=v["n_heads"],
+            n_kv_heads=v["n_kv_heads"],
+            head_dim=v["head_dim"],
+            dim=v["dim"],
+            qkv_linear=FusedQKVLinear.Config(
+                head_dim=v["head_dim"],
+                n_heads=v["n_heads"],
+                n_kv_heads=v["n_kv_heads"],
+                wqkv=Linear.Config(in_features=v["dim"], out_features=qkv_out, bias=True, param_init=_INIT),
+            ),
+            wo=ScaledBiasRowwiseLinear.Config(
+                in_features=v["n_heads"] * v["head_dim"], out_features=v["dim"], bias=True, param_init=_INIT
+            ),
+            sliding_window_size=window,
+            inner_attention=get_attention_config("flex"),
+            param_init={"sinks": _NAN},
+            rope=rope,
+        )
+        moe = GptOssMoE.Config(
+            num_experts=v["num_experts"],
+            load_balance_coeff=None,  # HF's gpt-oss has no correction bias
+            routed_experts=RoutedExperts.Config(
+                inner_experts=GptOssGroupedExperts.Config(
+                    dim=v["dim"],
+                    hidden_dim=v["moe_hidden_dim"],
+                    num_experts=v["num_experts"],
+                    swiglu_limit=v["swiglu_limit"],
+                    param_init=_GPT_OSS_EXPERTS_INIT,
+                ),
+                token_dispatcher=make_token_dispatcher_config(
+                    num_experts=v["num_experts"], top_k=v["top_k"], comm_backend="standard"
+                ),
+            ),
+            router=TokenChoiceTopKRouter.Config(
+                num_experts=v["num_experts"],
+                score_func="softmax",
+                route_norm=v["route_norm"],
+                gate=Linear.Config(in_features=v["dim"], out_features=v["num_experts"], bias=True, param_init=_INIT),
+                top_k=v["top_k"],
+            ),
+        )
+        layers.append(
+            GptOssTransformerBlock.Config(
+                attention=attention, attention_norm=_norm(v["dim"]), ffn_norm=_norm(v["dim"]), moe=moe
+            )
+        )
+    return layers
+
+
+class GptOssUnquantizedAdapter(GptOssStateDictAdapter):
+    "Prototype of the fix to torchtitan 0.3.0's gpt-oss adapter: unquantized on-disk experts, and no key dropped silently."
+
+    EXPERTS = {  # on-disk key (under model.layers.{L}.mlp.experts.) -> Titan key, and whether it is transposed
+        "gate_up_proj": ("mlp1_weight_EGD", True),
+        "gate_up_proj_bias": ("mlp1_bias_EG", False),
+        "down_proj": ("mlp2_weight_EDF", True),
+        "down_proj_bias": ("mlp2_bias_ED", False),
+    }
+
+    def from_hf(self, hf_state_dict: dict) -> dict:
+        experts = {k: t for k, t in hf_state_dict.items() if ".mlp.experts." in k}
+        rest = {k: t for k, t in hf_state_dict.items() if k not in experts}
+        unknown = sorted(k for k in rest if re.sub(r"\.\d+\.", ".{}.", k, count=1) not in self.from_hf_map)
+        unknown += sorted(k for k in experts if k.rsplit(".", 1)[-1] not in self.EXPERTS)
+        if unknown:
+            raise NativeLoadError(f"gpt-oss keys the adapter does not map: {unknown[:8]}")
+        state = super().from_hf(rest)
+        for key, t in experts.items():
+            prefix, name = key.rsplit(".", 1)
+            layer = re.search(r"layers\.(\d+)\.", prefix).group(1)
+            titan, transposed = self.EXPERTS[name]
+            state[f"layers.{layer}.{EXPERTS}.{titan}"] = t.transpose(1, 2) if transposed else t
+        return state
+
+
+def gpt_oss_input_dtype_experts_(layer: nn.Module) -> nn.Module:
+    "A loaded gpt-oss layer's experts compute in the input dtype (upstream returns bfloat16 into a float32 model)."
+    layer.moe.routed_experts.inner_experts.__class__ = InputDtypeGptOssExperts
+    return layer
+
+
+def _sliding_windows(config: PretrainedConfig) -> list[int | None]:
+    types = config.layer_types or ["full_attention"] * config.num_hidden_layers
+    return [config.sliding_window if t == "sliding_attention" else None for t in types]
+
+
+def _gpt_oss_attention_factor_is_default(config: PretrainedConfig) -> bool:
+    rope = _rope(config)
+    if rope.get("rope_type", "default") != "yarn" or rope.get("attention_factor") is None:
+        return True
+    return abs(rope["attention_factor"] - (0.1 * math.log(rope["factor"]) + 1.0)) < 1e-12
+
+# %% ../nbs/07_native.ipynb #1cc83c6e
 def _yarn_attention_factor_is_one(config: PretrainedConfig) -> bool:
     rope = _rope(config)
     return rope.get("rope_type", "default") == "default" or rope.get("mscale", 1.0) == rope.get("mscale_all_dim", 0.0)
@@ -283,6 +406,7 @@ NATIVE: dict[str, NativeFamily] = {
         model_config=Qwen3Model.Config,
         build_layers=_qwen3_layers,
         fields=COMMON_FIELDS
+        + MOE_FIELDS
         + (
             Field(titan="n_kv_heads", hf="num_key_value_heads"),
             Field(
@@ -312,6 +436,7 @@ NATIVE: dict[str, NativeFamily] = {
         model_config=DeepSeekV3Model.Config,
         build_layers=_deepseek_v3_layers,
         fields=COMMON_FIELDS
+        + MOE_FIELDS
         + (
             Field(titan="n_dense_layers", hf="first_k_dense_replace"),
             Field(titan="q_lora_rank", hf="q_lora_rank", read=lambda c: c.q_lora_rank or 0, note="None -> 0: wq"),
@@ -357,9 +482,58 @@ NATIVE: dict[str, NativeFamily] = {
             ),
         ),
     ),
+    "gpt_oss": NativeFamily(
+        model_type="gpt_oss",
+        titan_model="torchtitan.models.gpt_oss",
+        adapter=GptOssUnquantizedAdapter,
+        rope=CosSinRoPE,
+        rope_layout="cos/sin, rotate_half (HF's layout: no q/k permutation)",
+        model_config=GptOssModel.Config,
+        build_layers=_gpt_oss_layers,
+        adapt=gpt_oss_input_dtype_experts_,
+        note="prototype: moe_bench's GptOssUnquantizedAdapter (torchtitan 0.3.0's cannot load unquantized experts) "
+        "and InputDtypeGptOssExperts",
+        fields=COMMON_FIELDS
+        + (
+            Field(titan="n_kv_heads", hf="num_key_value_heads"),
+            Field(titan="head_dim", hf="head_dim"),
+            Field(titan="num_experts", hf="num_local_experts"),
+            Field(titan="moe_hidden_dim", hf="intermediate_size", note="the experts' width"),
+            Field(titan="swiglu_limit", hf="swiglu_limit"),
+            Field(
+                titan="route_norm",
+                hf="(softmax over the top-k logits)",
+                read=lambda c: True,
+                note="= softmax over all, top-k renormalised",
+            ),
+            Field(
+                titan="sliding_windows",
+                hf="layer_types, sliding_window",
+                read=_sliding_windows,
+                note="per layer: the window, or None for full attention",
+            ),
+        ),
+        requires=(
+            Requirement(
+                hf="attention_bias = True",
+                holds=lambda c: getattr(c, "attention_bias", False),
+                why="torchtitan's gpt-oss attention always has biases",
+            ),
+            Requirement(
+                hf=f"swiglu_alpha = {SWIGLU_ALPHA}",
+                holds=lambda c: getattr(c, "swiglu_alpha", SWIGLU_ALPHA) == SWIGLU_ALPHA,
+                why="torchtitan's swiglu slope is fixed",
+            ),
+            Requirement(
+                hf="rope_parameters.attention_factor default (YaRN)",
+                holds=_gpt_oss_attention_factor_is_default,
+                why="torchtitan derives YaRN's attention scale from the factor alone",
+            ),
+        ),
+    ),
 }
 
-# %% ../nbs/07_native.ipynb #329dfb6d
+# %% ../nbs/07_native.ipynb #a6d32afe
 def native_family(config: PretrainedConfig) -> NativeFamily:
     "The native family of a checkpoint's config; `NativeUnsupported` when torchtitan 0.3.0 has none."
     family = NATIVE.get(config.model_type)
@@ -385,7 +559,7 @@ def mapping_table(family: NativeFamily, config: PretrainedConfig | None = None) 
         for f in family.fields
     ] + [dict(hf=r.hf, titan="(required)", note=r.why) for r in family.requires]
 
-# %% ../nbs/07_native.ipynb #88208531
+# %% ../nbs/07_native.ipynb #75eb91da
 def _norm_configs(cfg, path: str = ""):
     "Every `RMSNorm.Config` in a config tree, with its path."
     if isinstance(cfg, RMSNorm.Config):
@@ -428,7 +602,7 @@ def build_native(cfg) -> nn.Module:
     with torch.device("meta"):
         return cfg.build().eval()
 
-# %% ../nbs/07_native.ipynb #b11d9767
+# %% ../nbs/07_native.ipynb #0ab1124c
 @contextmanager
 def eager_flex():
     "torchtitan's FlexAttention with eager (uncompiled) `flex_attention` within the block: runs on CPU without Inductor."
@@ -440,15 +614,23 @@ def eager_flex():
         FlexAttention._compiled_flex_attn = compiled
 
 
-def causal_mask(seq_len: int):
-    "The causal `BlockMask` of one sequence length, shared by every batch row and head."
-    return create_block_mask(lambda b, h, q, kv: q >= kv, None, None, seq_len, seq_len, device="cpu")
-
-# %% ../nbs/07_native.ipynb #f0df6f38
-class NativeLoadError(RuntimeError):
-    "The converted state dict does not match the native model: the message names missing and unexpected keys."
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
 
 
+def attention_masks(cfg, seq_len: int):
+    "What the native layers take for one sequence length: a causal `BlockMask`, or gpt-oss's dict (full, sliding window)."
+    full = create_block_mask(_causal, None, None, seq_len, seq_len, device="cpu")
+    windows = {getattr(layer.attention, "sliding_window_size", None) for layer in cfg.layers} - {None}
+    if not isinstance(cfg, GptOssModel.Config):
+        return full
+    masks = {"basic_mask": full}
+    for window in windows:  # torchtitan's gpt-oss has one window for all its sliding layers
+        mod = and_masks(_causal, get_sliding_window_mask_mod(window))
+        masks["sliding_window_mask"] = create_block_mask(mod, None, None, seq_len, seq_len, device="cpu")
+    return masks
+
+# %% ../nbs/07_native.ipynb #a1f1c41a
 def hf_tensors(ckpt: Checkpoint, layer: int | None) -> dict[str, torch.Tensor]:
     "The checkpoint's on-disk tensors of decoder layer `layer` (None: those outside the decoder layers)."
     if layer is None:
@@ -476,7 +658,7 @@ def strip(state: dict, prefix: str) -> dict:
     "The entries of `state` under `prefix`, with it removed."
     return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
-# %% ../nbs/07_native.ipynb #ba1b88b6
+# %% ../nbs/07_native.ipynb #6a4f0e87
 def titan_in(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     "A copy of a Titan module with its parameters in `dtype` and its buffers as they are (FSDP mixed precision's way)."
     memo = {id(p): nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in module.parameters()}
@@ -502,9 +684,8 @@ def experts_in_input_dtype():
         if mine:
             cpu_compat.revert()
 
-# %% ../nbs/07_native.ipynb #ea1d8201
+# %% ../nbs/07_native.ipynb #5f6075a7
 FLOAT64, FLOAT32, BFLOAT16 = torch.float64, torch.float32, torch.bfloat16
-EXPERTS = "moe.routed_experts.inner_experts"
 
 
 def _hf_in(layer: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -575,7 +756,7 @@ def compare_native(
     leftover = sorted(k for k in head if k.split(".")[0] not in ("tok_embeddings", "norm", "lm_head"))
     if leftover:
         raise NativeLoadError(f"outside the layers: unexpected {leftover[:8]}")
-    mask = causal_mask(ids_BL.shape[1])
+    mask = attention_masks(cfg, ids_BL.shape[1])
     with torch.no_grad():
         emb = titan.tok_embeddings(ids_BL)
     # The streams, keyed (model, dtype); HF float32's is the model's own forward
@@ -591,6 +772,8 @@ def compare_native(
         if transform is not None:
             state = transform(state, values)
         t32 = gate_float32_(load_strict_(titan.layers[str(index)], state, f"layer {index}"))
+        if family.adapt is not None:
+            family.adapt(t32)
         hf = {FLOAT32: layer, FLOAT64: _hf_in(layer, FLOAT64)}
         tt = {FLOAT32: t32}
         if BFLOAT16 in dtypes:
@@ -642,7 +825,7 @@ def compare_native(
         )
     return dict(layers=layers, logits=logits, embeddings_equal=torch.equal(emb, hf_lm.get_input_embeddings()(ids_BL)))
 
-# %% ../nbs/07_native.ipynb #6a4f0e87
+# %% ../nbs/07_native.ipynb #3a8fb95e
 def worst_ratios(res: dict, dtype: str) -> dict:
     "The worst ratio in `dtype` of the layers, the residual stream and the logits."
     return dict(
@@ -664,7 +847,7 @@ def native_verdict(res: dict) -> dict:
     out["status"] = worst_status(*(v["status"] for v in out.values()))
     return out
 
-# %% ../nbs/07_native.ipynb #58c4d070
+# %% ../nbs/07_native.ipynb #e07a87af
 def _rows(t: torch.Tensor, index: torch.Tensor, start: int, size: int, stride: int) -> torch.Tensor:
     "`t` with rows `start + n * stride + i` (i < size) reordered by `index`, for every block n."
     out = t.clone()
@@ -686,15 +869,18 @@ def deinterleave(size: int) -> torch.Tensor:
 def permute_qk(state: dict, v: dict) -> dict:
     "q/k rotary rows permuted where the RoPE layout needs no permutation (see above)."
     out = dict(state)
-    if "attention.qkv_linear.wq.weight" in state:  # Qwen3: GQA, cos/sin RoPE
+    if "attention.qkv_linear.wq.weight" in state:  # Qwen3, gpt-oss: GQA, cos/sin RoPE
         hd = v["head_dim"]
-        for k in (
-            "attention.qkv_linear.wq.weight",
-            "attention.qkv_linear.wk.weight",
-            "attention.q_norm.weight",
-            "attention.k_norm.weight",
+        for p in (
+            "qkv_linear.wq.weight",
+            "qkv_linear.wk.weight",
+            "qkv_linear.wq.bias",
+            "qkv_linear.wk.bias",
+            "q_norm.weight",
+            "k_norm.weight",
         ):
-            out[k] = _rows(state[k], interleave(hd), 0, hd, hd)
+            if f"attention.{p}" in state:
+                out[f"attention.{p}"] = _rows(state[f"attention.{p}"], interleave(hd), 0, hd, hd)
         return out
     nope, rope = v["qk_nope_head_dim"], v["qk_rope_head_dim"]  # DeepSeek-V3: MLA, complex RoPE
     wq = "attention.wq_b.weight" if "attention.wq_b.weight" in state else "attention.wq.weight"
@@ -716,9 +902,12 @@ def swap_experts(state: dict, v: dict) -> dict:
 
 
 def swap_gate_up(state: dict, v: dict) -> dict:
-    "The experts' gate (`w1_EFD`) and up (`w3_EFD`) projections exchanged."
+    "The experts' gate (`w1_EFD`) and up (`w3_EFD`) projections exchanged (gpt-oss: each interleaved row pair)."
     w1, w3 = f"{EXPERTS}.w1_EFD", f"{EXPERTS}.w3_EFD"
-    return state | {w1: state[w3], w3: state[w1]} if w1 in state else state
+    if w1 in state:
+        return state | {w1: state[w3], w3: state[w1]}
+    keys = [f"{EXPERTS}.mlp1_weight_EGD", f"{EXPERTS}.mlp1_bias_EG"]
+    return state | {k: state[k].unflatten(1, (-1, 2)).flip(2).flatten(1, 2) for k in keys if k in state}
 
 
 def zero_expert_bias(state: dict, v: dict) -> dict:
@@ -728,6 +917,20 @@ def zero_expert_bias(state: dict, v: dict) -> dict:
     )
 
 
+def reshape_not_transpose(state: dict, v: dict) -> dict:
+    "gpt-oss's on-disk experts (E, D, 2F) and (E, F, D) reshaped to Titan's shapes where a transpose belongs."
+    out = dict(state)
+    for name in ("mlp1_weight_EGD", "mlp2_weight_EDF"):
+        t = state[f"{EXPERTS}.{name}"]  # the on-disk tensor, transposed: undo that, then reshape it
+        out[f"{EXPERTS}.{name}"] = t.transpose(1, 2).reshape(t.shape)
+    return out
+
+
+def sinks_off(state: dict, v: dict) -> dict:
+    "gpt-oss's attention sinks dropped (a sink at -inf takes no attention)."
+    return state | {"attention.sinks": torch.full_like(state["attention.sinks"], float("-inf"))}
+
+
 @dataclass(kw_only=True)
 class Control:
     "A deliberate conversion mistake: a rewrite of each converted layer state, or eps left at Titan's default."
@@ -735,18 +938,30 @@ class Control:
     name: str
     state: Callable[[dict, dict], dict] | None = None
     carry_eps: bool = True
-    families: tuple[str, ...] = tuple(NATIVE)  # where it is a mistake one could make
+    applies: Callable[[PretrainedConfig], bool] = lambda config: True  # where it is a mistake one could make
 
+
+def _is(*model_types: str) -> Callable[[PretrainedConfig], bool]:
+    return lambda config: config.model_type in model_types
+
+
+TITAN_EPS = RMSNorm.Config(normalized_shape=1).eps
 
 CONTROLS = (
-    Control(name="eps left at Titan's default 1e-5", carry_eps=False),
+    Control(
+        name=f"eps left at Titan's default {TITAN_EPS:g}",
+        carry_eps=False,
+        applies=lambda config: config.rms_norm_eps != TITAN_EPS,  # gpt-oss's HF eps is Titan's default already
+    ),
     Control(name="two experts swapped", state=swap_experts),
     Control(name="gate/up swapped", state=swap_gate_up),
     Control(name="q/k rows permuted where RoPE needs none", state=permute_qk),
-    Control(name="score-correction bias zeroed", state=zero_expert_bias, families=("deepseek_v3",)),
+    Control(name="score-correction bias zeroed", state=zero_expert_bias, applies=_is("deepseek_v3")),
+    Control(name="experts reshaped instead of transposed", state=reshape_not_transpose, applies=_is("gpt_oss")),
+    Control(name="attention sinks off", state=sinks_off, applies=_is("gpt_oss")),
 )
 
-# %% ../nbs/07_native.ipynb #df40b79f
+# %% ../nbs/07_native.ipynb #217c7f9a
 def run_control(ckpt: Checkpoint, ids_BL: torch.Tensor, control: Control) -> dict:
     "One negative control's float32 figures on `ckpt`: caught when the float32 verdict FAILs."
     res = compare_native(ckpt, ids_BL, carry_eps=control.carry_eps, transform=control.state, dtypes=(FLOAT32,))
@@ -763,7 +978,7 @@ def run_control(ckpt: Checkpoint, ids_BL: torch.Tensor, control: Control) -> dic
         logits_max_diff=logits["max_diff"],
     )
 
-# %% ../nbs/07_native.ipynb #c08fae9b
+# %% ../nbs/07_native.ipynb #67fef6db
 def random_checkpoint(trained: Checkpoint, folder: str | Path, seed: int = 0) -> Checkpoint:
     "HF's random initialisation of a checkpoint's config, saved like it (shards, tokenizer): the false-positive baseline."
     from transformers import AutoModelForCausalLM
@@ -785,7 +1000,7 @@ def random_controls(ckpt: Checkpoint, ids_BL: torch.Tensor, controls: list[Contr
 
 RIGHT = "none (the right conversion)"
 
-# %% ../nbs/07_native.ipynb #55c5ab3e
+# %% ../nbs/07_native.ipynb #1bc3a049
 CPU_ADAPTATIONS = (
     "attention: torchtitan's FlexAttention with eager flex_attention and a create_block_mask causal mask (no Inductor)",
     "router gates in float32 (Float32Gate; HF's by the spec's permitted change): CPU autocast to float32 is a no-op",
@@ -838,7 +1053,7 @@ def native_phase(
     ids_BL, source = input_ids(ckpt, seed=seed)
     res = compare_native(ckpt, ids_BL)
     verdict = native_verdict(res)
-    applicable = [c for c in CONTROLS if model in c.families]
+    applicable = [c for c in CONTROLS if c.applies(ckpt.config)]
     control_rows = [run_control(ckpt, ids_BL, c) for c in applicable] if controls else []
     random_rows = random_controls(ckpt, ids_BL, applicable) if controls and random_baseline else []
     status = worst_status(verdict["status"], *("PASS" if r["caught"] else "FAIL" for r in control_rows))
@@ -853,6 +1068,7 @@ def native_phase(
             adapter=f"{family.adapter.__module__}.{family.adapter.__name__}",
             rope=family.rope.__name__,
             rope_layout=family.rope_layout,
+            note=family.note,
         ),
         mapping=mapping_table(family, ckpt.config),
         checkpoint=dict(

@@ -47,19 +47,31 @@ from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 from transformers import PretrainedConfig
 
 from . import cpu_compat
-from .checkpoint import Checkpoint, CheckpointError, load_part_, open_checkpoint, release_, skeleton, streamed
+from moe_bench.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    checkpoint_training,
+    holds,
+    input_ids,
+    layer_call_args,
+    load_part_,
+    open_checkpoint,
+    release_,
+    skeleton,
+    streamed,
+)
 from moe_bench.compare import (
     HF_RELATIVE,
     cast_floats,
     capture_topk_ids,
     hf_router_gate_float32,
     in_hf_units,
+    logit_metrics,
     rel_l2,
     routing_agreement,
 )
 from .core import cast_copy, hidden_of, peak_rss_gb, phase_record, worst_status
 from .hf import moe_attr_name, moe_block, router_name
-from .pretrained import _split, _training, holds, input_ids, logit_metrics
 from .extensions import InputDtypeGptOssExperts
 from .replacement import SWIGLU_ALPHA, Float32Gate
 from .trained import builtin_checkpoint
@@ -764,7 +776,7 @@ def compare_native(
     layers = []
 
     def on_layer(index, layer, args, kwargs, output):
-        h_in, rest, kw = _split(args, kwargs)
+        h_in, rest, kw = layer_call_args(args, kwargs)
         h32 = hidden_of(output)
         for dt in (FLOAT64, BFLOAT16):
             streams.setdefault(("hf", dt), h_in.to(dt))
@@ -1076,7 +1088,7 @@ def native_phase(
             model_type=ckpt.config.model_type,
             shards=len(set(ckpt.weight_map.values())),
             tensors=len(ckpt.weight_map),
-            training=_training(ckpt),
+            training=checkpoint_training(ckpt),
         ),
         input=dict(source=source, shape=list(ids_BL.shape)),
         embeddings_equal=res["embeddings_equal"],

@@ -81,10 +81,10 @@ __all__ = ['COMMON_FIELDS', 'MOE_FIELDS', 'EXPERTS', 'MLA_NORM_EPS', 'NATIVE', '
            'CONTROLS', 'RIGHT', 'CPU_ADAPTATIONS', 'NativeUnsupported', 'NativeLoadError', 'Field', 'Requirement',
            'NativeFamily', 'GptOssUnquantizedAdapter', 'gpt_oss_input_dtype_experts_', 'native_family', 'titan_values',
            'mapping_table', 'carry_eps_', 'titan_config', 'build_native', 'eager_flex', 'attention_masks', 'hf_tensors',
-           'load_strict_', 'strip', 'titan_in', 'gate_float32_', 'experts_in_input_dtype', 'ratio_figures',
-           'compare_native', 'worst_ratios', 'native_verdict', 'interleave', 'deinterleave', 'permute_qk',
-           'swap_experts', 'swap_gate_up', 'zero_expert_bias', 'reshape_not_transpose', 'sinks_off', 'Control',
-           'run_control', 'random_checkpoint', 'random_controls', 'native_phase']
+           'load_strict_', 'release_titan_', 'strip', 'titan_in', 'gate_float32_', 'experts_in_input_dtype',
+           'ratio_figures', 'compare_native', 'worst_ratios', 'native_verdict', 'interleave', 'deinterleave',
+           'permute_qk', 'swap_experts', 'swap_gate_up', 'zero_expert_bias', 'reshape_not_transpose', 'sinks_off',
+           'Control', 'run_control', 'random_checkpoint', 'random_controls', 'native_phase']
 
 # %% ../nbs/07_native.ipynb #9cdd2c78
 class NativeUnsupported(ValueError):
@@ -666,6 +666,15 @@ def load_strict_(module: nn.Module, state: dict[str, torch.Tensor], what: str) -
     return module.eval()
 
 
+def release_titan_(module: nn.Module) -> None:
+    "A loaded Titan layer back to meta: `release_` for its weights, and its computed buffers too (each layer has its own RoPE cache, 10 MB at 40960 positions)."
+    release_(module)
+    for m in module.modules():
+        for name, b in list(m._buffers.items()):
+            if b is not None:
+                m._buffers[name] = b.to("meta")
+
+
 def strip(state: dict, prefix: str) -> dict:
     "The entries of `state` under `prefix`, with it removed."
     return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
@@ -808,7 +817,7 @@ def compare_native(
                     streams[("hf", dt)] = _run_hf(hf[dt], streams[("hf", dt)], rest, kw)
                 hf_stream = h32 if dt == FLOAT32 else streams[("hf", dt)]
                 rec[f"stream_{name}"] = ratio_figures(streams[("titan", dt)], hf_stream, refs[dt][1], dt)
-        release_(t32)  # Titan's layer back to meta, as HF's: memory stays bounded
+        release_titan_(t32)  # Titan's layer back to meta, as HF's: memory stays bounded
         layers.append(rec)
 
     with torch.no_grad(), eager_flex(), streamed(hf_lm, ckpt, on_layer):

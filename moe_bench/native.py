@@ -77,14 +77,15 @@ from .replacement import SWIGLU_ALPHA, Float32Gate
 from .trained import builtin_checkpoint
 
 # %% auto #0
-__all__ = ['COMMON_FIELDS', 'MOE_FIELDS', 'EXPERTS', 'MLA_NORM_EPS', 'NATIVE', 'FLOAT64', 'FLOAT32', 'BFLOAT16', 'TITAN_EPS',
-           'CONTROLS', 'RIGHT', 'CPU_ADAPTATIONS', 'NativeUnsupported', 'NativeLoadError', 'Field', 'Requirement',
-           'NativeFamily', 'GptOssUnquantizedAdapter', 'gpt_oss_input_dtype_experts_', 'native_family', 'titan_values',
-           'mapping_table', 'carry_eps_', 'titan_config', 'build_native', 'eager_flex', 'attention_masks', 'hf_tensors',
-           'load_strict_', 'release_titan_', 'strip', 'titan_in', 'gate_float32_', 'experts_in_input_dtype',
-           'ratio_figures', 'compare_native', 'worst_ratios', 'native_verdict', 'interleave', 'deinterleave',
-           'permute_qk', 'swap_experts', 'swap_gate_up', 'zero_expert_bias', 'reshape_not_transpose', 'sinks_off',
-           'Control', 'run_control', 'random_checkpoint', 'random_controls', 'native_phase']
+__all__ = ['COMMON_FIELDS', 'MOE_FIELDS', 'EXPERTS', 'MLA_NORM_EPS', 'NATIVE', 'FLOAT64', 'FLOAT32', 'BFLOAT16', 'STAGES',
+           'TITAN_EPS', 'CONTROLS', 'RIGHT', 'CPU_ADAPTATIONS', 'NativeUnsupported', 'NativeLoadError', 'Field',
+           'Requirement', 'NativeFamily', 'GptOssUnquantizedAdapter', 'gpt_oss_input_dtype_experts_', 'native_family',
+           'titan_values', 'mapping_table', 'carry_eps_', 'titan_config', 'build_native', 'eager_flex',
+           'attention_masks', 'hf_tensors', 'load_strict_', 'release_titan_', 'strip', 'titan_in', 'gate_float32_',
+           'experts_in_input_dtype', 'ratio_figures', 'stage_outputs', 'compare_native', 'worst_ratios',
+           'first_divergence', 'native_verdict', 'interleave', 'deinterleave', 'permute_qk', 'swap_experts',
+           'swap_gate_up', 'zero_expert_bias', 'reshape_not_transpose', 'sinks_off', 'Control', 'run_control',
+           'random_checkpoint', 'random_controls', 'native_phase']
 
 # %% ../nbs/07_native.ipynb #9cdd2c78
 class NativeUnsupported(ValueError):
@@ -757,6 +758,29 @@ def ratio_figures(out: torch.Tensor, hf: torch.Tensor, ref: torch.Tensor, dtype:
     )
 
 
+STAGES = (  # a decoder layer's sub-stages, in order: (name, HF attribute candidates, Titan attribute candidates)
+    ("attention", ("self_attn",), ("attention",)),
+    ("ffn", ("mlp", "block_sparse_moe"), ("moe", "feed_forward")),
+)
+
+
+@contextmanager
+def stage_outputs(layer: nn.Module, side: int):
+    "The outputs of a layer's sub-stages (`STAGES`; `side` 1: HF's attribute names, 2: Titan's) during the block."
+    seen, hooks = {}, []
+    for stage in STAGES:
+        module = next((getattr(layer, a) for a in stage[side] if isinstance(getattr(layer, a, None), nn.Module)), None)
+        if module is not None:
+            hooks.append(
+                module.register_forward_hook(lambda m, a, out, n=stage[0]: seen.__setitem__(n, hidden_of(out)))
+            )
+    try:
+        yield seen
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def compare_native(
     ckpt: Checkpoint,
     ids_BL: torch.Tensor,
@@ -801,17 +825,26 @@ def compare_native(
             hf[BFLOAT16], tt[BFLOAT16] = _hf_in(layer, BFLOAT16), titan_in(t32, BFLOAT16)
         rec = dict(layer=index, kind="dense" if moe_attr_name(layer) is None else "moe")
         with torch.no_grad():
-            ref64 = _run_hf(hf[FLOAT64], h_in.double(), rest, kw)
+            with stage_outputs(hf[FLOAT64], 1) as stages64:
+                ref64 = _run_hf(hf[FLOAT64], h_in.double(), rest, kw)
             streams[("hf", FLOAT64)] = _run_hf(hf[FLOAT64], streams[("hf", FLOAT64)], rest, kw)
             refs = {FLOAT32: (ref64, streams[("hf", FLOAT64)]), BFLOAT16: (h32, h32)}  # one precision up
             for dt in dtypes:
                 x = h_in.to(dt)
-                with capture_topk_ids(_hf_router(hf[dt]), _titan_router(tt[dt])) as ids:
+                with (
+                    capture_topk_ids(_hf_router(hf[dt]), _titan_router(tt[dt])) as ids,
+                    stage_outputs(hf[dt], 1) as hf_stages,
+                    stage_outputs(tt[dt], 2) as titan_stages,
+                ):
                     hf_out, titan_out = _run_hf(hf[dt], x, rest, kw), _run_titan(tt[dt], x, mask)
                 name = str(dt).removeprefix("torch.")
                 rec[name] = ratio_figures(titan_out, hf_out, refs[dt][0], dt) | dict(
                     routing_agreement=routing_agreement(ids.get("hf"), ids.get("titan"))
                 )
+                if dt == FLOAT32:  # each sub-stage on the same layer input, judged like the layer
+                    rec["stages_float32"] = {
+                        n: ratio_figures(titan_stages[n], hf_stages[n], stages64[n], dt)["ratio"] for n in stages64
+                    }
                 streams[("titan", dt)] = _run_titan(tt[dt], streams[("titan", dt)], mask)
                 if dt != FLOAT32:
                     streams[("hf", dt)] = _run_hf(hf[dt], streams[("hf", dt)], rest, kw)
@@ -856,6 +889,18 @@ def worst_ratios(res: dict, dtype: str) -> dict:
     )
 
 
+def first_divergence(res: dict) -> dict | None:
+    "The first layer and sub-stage whose float32 ratio is past `HF_RELATIVE` (same input per layer), else the logits' or None."
+    for r in res["layers"]:
+        for stage, ratio in r.get("stages_float32", {}).items():
+            if ratio > HF_RELATIVE:
+                return dict(layer=r["layer"], stage=stage, ratio=ratio)
+        if r["float32"]["ratio"] > HF_RELATIVE:
+            return dict(layer=r["layer"], stage="layer", ratio=r["float32"]["ratio"])
+    ratio = res["logits"]["float32"]["ratio"]
+    return dict(layer=None, stage="final norm and LM head", ratio=ratio) if ratio > HF_RELATIVE else None
+
+
 def native_verdict(res: dict) -> dict:
     "Status per dtype and overall, with the worst ratios and the float32 top-1 agreement."
     out = {}
@@ -866,6 +911,7 @@ def native_verdict(res: dict) -> dict:
             ok = ok and res["logits"]["float32"]["titan"]["top1_agreement"] == 1.0
         out[dtype] = dict(status="PASS" if ok else "FAIL", worst_ratio=max(worst.values()), worst=worst)
     out["status"] = worst_status(*(v["status"] for v in out.values()))
+    out["first_divergence"] = first_divergence(res)
     return out
 
 # %% ../nbs/07_native.ipynb #e07a87af
@@ -994,6 +1040,7 @@ def run_control(ckpt: Checkpoint, ids_BL: torch.Tensor, control: Control) -> dic
         caught=verdict["status"] == "FAIL",
         worst_ratio=verdict["worst_ratio"],
         worst=verdict["worst"],
+        first_divergence=first_divergence(res),
         top1_agreement=logits["top1_agreement"],
         token_kl_mean=logits["token_kl_mean"],
         logits_max_diff=logits["max_diff"],

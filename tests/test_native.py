@@ -39,7 +39,7 @@ def test_native_matches_hf(model, checkpoints):
     "float32 at HF's own rounding on every layer, stream and the logits, top-1 100%; bfloat16 within HF's own bound."
     res = compare_native(*checkpoints[model])
     verdict = native_verdict(res)
-    assert verdict["status"] == "PASS", verdict
+    assert verdict["status"] == "PASS" and verdict["first_divergence"] is None, verdict
     assert res["logits"]["float32"]["titan"]["top1_agreement"] == 1.0
     assert res["embeddings_equal"]
     moe = [r for r in res["layers"] if r["kind"] == "moe"]
@@ -50,10 +50,18 @@ def test_native_matches_hf(model, checkpoints):
 CASES = [(m, c) for m in MODELS for c in CONTROLS if c.applies(open_checkpoint(builtin_checkpoint(m)).config)]
 
 
+# Where each mistake must first show: the attention block (eps: its input norm; q/k; sinks) or the FFN/MoE block
+STAGE = {"two experts swapped": "ffn", "gate/up swapped": "ffn", "score-correction bias zeroed": "ffn"}
+STAGE |= {"experts reshaped instead of transposed": "ffn", "q/k rows permuted where RoPE needs none": "attention"}
+STAGE |= {"attention sinks off": "attention", CONTROLS[0].name: "attention"}
+
+
 @pytest.mark.parametrize("model,control", CASES, ids=[f"{m}-{c.name}" for m, c in CASES])
 def test_negative_control_fails(model, control, checkpoints):
+    "Each control FAILs, and the first divergence names the sub-stage the mistake is in."
     row = run_control(*checkpoints[model], control)
     assert row["caught"] and row["status"] == "FAIL", row
+    assert row["first_divergence"]["stage"] == STAGE[control.name], row["first_divergence"]
 
 
 def test_random_weights_miss_the_bias(checkpoints):

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 import json
 import re
 import sys
+import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,18 +20,19 @@ from typing import Callable
 import torch
 from safetensors import safe_open
 from torch import nn
-from transformers import AutoConfig, PretrainedConfig
+from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
 from transformers.conversion_mapping import get_model_conversion_mapping
 from transformers.core_model_loading import convert_and_load_state_dict_in_model
 from transformers.modeling_utils import LoadStateDictConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import logging as hf_logging
 
-from .hf import build_model, decoder_layers
+from .hf import build_model, decoder_layers, text_config
 
 # %% auto #0
-__all__ = ['HUB_ID', 'INDEX', 'CheckpointError', 'Checkpoint', 'shard_keys', 'open_checkpoint', 'skeleton', 'module_prefixes',
-           'load_part_', 'release_', 'streamed', 'logits_of']
+__all__ = ['HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'CheckpointError', 'Checkpoint', 'shard_keys', 'open_checkpoint',
+           'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'skeleton', 'module_prefixes', 'load_part_',
+           'release_', 'streamed', 'layer_call_args', 'logits_of']
 
 # %% ../nbs/00j_checkpoint.ipynb #64c0ac44
 class CheckpointError(ValueError):
@@ -149,6 +152,47 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     _check_shards(folder, weight_map)
     return Checkpoint(folder, config, weight_map)
 
+# %% ../nbs/00j_checkpoint.ipynb #9fc917a1
+HELD_OUT_MODULES = ("json", "csv", "textwrap", "argparse", "pathlib")
+
+
+def held_out_text() -> str:
+    "The docstrings of a few standard-library modules, joined: real English text outside the training corpus."
+    return "\n\n".join(textwrap.dedent(importlib.import_module(m).__doc__ or "") for m in HELD_OUT_MODULES)
+
+
+def input_ids(ckpt: Checkpoint, batch: int = 2, seq_len: int = 128, seed: int = 0) -> tuple[torch.Tensor, str]:
+    "`(batch, seq_len)` token ids for the checkpoint and where they come from."
+    if ckpt.has_tokenizer:
+        tokenizer = AutoTokenizer.from_pretrained(ckpt.folder, local_files_only=True)
+        ids = tokenizer(held_out_text(), return_tensors="pt")["input_ids"][0]
+        if ids.numel() >= batch * seq_len:
+            return ids[: batch * seq_len].reshape(
+                batch, seq_len
+            ), f"tokenizer of the checkpoint on {', '.join(HELD_OUT_MODULES)} docstrings"
+    vocab = getattr(ckpt.config.get_text_config(), "vocab_size", None) or ckpt.config.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, seq_len), generator=g), f"seeded random tokens (seed {seed}; no tokenizer)"
+
+
+def holds(ckpt: Checkpoint, model: str) -> bool:
+    "Whether the checkpoint is of `model`: its model type or its text decoder's (a local folder named as the model is itself)."
+    if model not in CONFIG_MAPPING:
+        return True
+    names = {model, text_config(CONFIG_MAPPING[model]()).model_type}
+    return bool(names & {ckpt.config.model_type, ckpt.config.get_text_config().model_type})
+
+
+def checkpoint_training(ckpt: Checkpoint) -> dict | None:
+    "What the checkpoint's `training.json` says of its training (the built-in checkpoints have one), without the loss curve."
+    path = ckpt.folder / "training.json"
+    if not path.is_file():
+        return None
+    raw = json.loads(path.read_text())
+    return {k: v for k, v in raw.items() if k != "losses"} | (
+        {"final_loss": raw["losses"][-1]} if raw.get("losses") else {}
+    )
+
 # %% ../nbs/00j_checkpoint.ipynb #fcd9d31d
 def skeleton(config: PretrainedConfig, dtype: torch.dtype = torch.float32) -> nn.Module:
     "The model of `config` on the meta device in `dtype` (the loader casts to it), its non-persistent buffers computed as HF computes them."
@@ -250,6 +294,14 @@ def streamed(model: nn.Module, ckpt: Checkpoint, on_layer: Callable | None = Non
     finally:
         for h in hooks:
             h.remove()
+
+# %% ../nbs/00j_checkpoint.ipynb #f66de41f
+def layer_call_args(args: tuple, kwargs: dict) -> tuple[torch.Tensor, tuple, dict]:
+    "The hidden state a decoder layer was called with, and its other arguments."
+    if args:
+        return args[0], args[1:], kwargs
+    kwargs = dict(kwargs)
+    return kwargs.pop("hidden_states"), (), kwargs
 
 # %% ../nbs/00j_checkpoint.ipynb #46f31782
 class _PassThrough(nn.Module):

@@ -25,9 +25,9 @@ from .moe_probe import MoEProbe, probe_moe_block
 
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'MUTATIONS', 'DTYPES', 'F32_COMBINE', 'verdict',
-           'output_metrics', 'rel_l2', 'hf_float64_output', 'strict', 'in_hf_units', 'hf_router_gate_float32',
-           'capture_topk_ids', 'routing_agreement', 'meta_moe_block', 'materialize_', 'moe_input',
-           'synthetic_moe_block', 'memory_shortfall', 'HFReference', 'hf_reference', 'compare_moe_block',
+           'output_metrics', 'rel_l2', 'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics',
+           'hf_router_gate_float32', 'capture_topk_ids', 'routing_agreement', 'meta_moe_block', 'materialize_',
+           'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference', 'hf_reference', 'compare_moe_block',
            'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs', 'strict_runs', 'mutation_sweep', 'strict_refs',
            'extension_check', 'with_extension', 'compare_in_model', 'in_model_check', 'layer_with', 'cast_floats',
            'compare_in_layer']
@@ -93,6 +93,20 @@ def strict(err: float, hf_err: float) -> str:
 def in_hf_units(err: float, hf_err: float, dtype: torch.dtype) -> float:
     "Titan's error in units of HF's own in `dtype`; where HF's is exactly 0, in units of one rounding of `dtype`."
     return err / (hf_err if hf_err > 0 else torch.finfo(dtype).eps / 2)  # 0: HF computed in `dtype` all the same
+
+# %% ../nbs/00h_compare.ipynb #e4a15db6
+def logit_metrics(ref_BLV: torch.Tensor, out_BLV: torch.Tensor) -> dict:
+    "Per-token KL(HF || Titan) over the vocabulary (mean, max), top-1 agreement, max_diff and relative L2 of the logits."
+    ref_TV, out_TV = ref_BLV.detach().double().flatten(0, -2), out_BLV.detach().double().flatten(0, -2)
+    kl_T = F.kl_div(F.log_softmax(out_TV, -1), F.log_softmax(ref_TV, -1), log_target=True, reduction="none").sum(-1)
+    return dict(
+        token_kl_mean=kl_T.mean().item(),
+        token_kl_max=kl_T.max().item(),
+        top1_agreement=(ref_TV.argmax(-1) == out_TV.argmax(-1)).double().mean().item(),
+        max_diff=(out_TV - ref_TV).abs().max().item(),
+        rel_l2=rel_l2(out_TV, ref_TV),
+        num_tokens=ref_TV.shape[0],
+    )
 
 # %% ../nbs/00h_compare.ipynb #e80134e7
 @contextmanager

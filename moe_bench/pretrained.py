@@ -5,22 +5,20 @@
 # %% ../nbs/03e_pretrained.ipynb #4748e91c
 from __future__ import annotations
 
-import importlib
-import json
-import textwrap
 import time
 from contextlib import nullcontext
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
-from transformers import AutoTokenizer
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from .alignment import all_patches, gap_table, torchtitan_digest
 from moe_bench.checkpoint import (
     CheckpointError,
     Checkpoint,
+    checkpoint_training,
+    holds,
+    input_ids,
+    layer_call_args,
     load_part_,
     logits_of,
     module_prefixes,
@@ -35,6 +33,7 @@ from moe_bench.compare import (
     WARN_KL,
     compare_in_layer,
     layer_with,
+    logit_metrics,
     output_metrics,
     rel_l2,
     strict,
@@ -42,52 +41,15 @@ from moe_bench.compare import (
 )
 from .core import hidden_of, peak_rss_gb, phase_record, worst_status
 from .expression import EXPRESSIONS, expression_of
-from .hf import decoder_layers, moe_attr_name, moe_block, text_config
+from .hf import decoder_layers, moe_attr_name, moe_block
 from .moe_probe import probe_moe_block
 from .trained import TRAINED, builtin_checkpoint
 
 # %% auto #0
-__all__ = ['PRETRAINED_KL', 'HELD_OUT_MODULES', 'held_out_text', 'input_ids', 'logit_metrics', 'check_moe_layer', 'Blocked',
-           'compare_streams', 'holds', 'pretrained_phase']
+__all__ = ['PRETRAINED_KL', 'check_moe_layer', 'Blocked', 'compare_streams', 'pretrained_phase']
 
 # %% ../nbs/03e_pretrained.ipynb #12b3f208
 PRETRAINED_KL = WARN_KL  # the spec's 3b rule: KL < 1e-3
-
-# %% ../nbs/03e_pretrained.ipynb #37a4d0f4
-HELD_OUT_MODULES = ("json", "csv", "textwrap", "argparse", "pathlib")
-
-
-def held_out_text() -> str:
-    "The docstrings of a few standard-library modules, joined: real English text outside the training corpus."
-    return "\n\n".join(textwrap.dedent(importlib.import_module(m).__doc__ or "") for m in HELD_OUT_MODULES)
-
-
-def input_ids(ckpt: Checkpoint, batch: int = 2, seq_len: int = 128, seed: int = 0) -> tuple[torch.Tensor, str]:
-    "`(batch, seq_len)` token ids for the checkpoint and where they come from."
-    if ckpt.has_tokenizer:
-        tokenizer = AutoTokenizer.from_pretrained(ckpt.folder, local_files_only=True)
-        ids = tokenizer(held_out_text(), return_tensors="pt")["input_ids"][0]
-        if ids.numel() >= batch * seq_len:
-            return ids[: batch * seq_len].reshape(
-                batch, seq_len
-            ), f"tokenizer of the checkpoint on {', '.join(HELD_OUT_MODULES)} docstrings"
-    vocab = getattr(ckpt.config.get_text_config(), "vocab_size", None) or ckpt.config.vocab_size
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (batch, seq_len), generator=g), f"seeded random tokens (seed {seed}; no tokenizer)"
-
-# %% ../nbs/03e_pretrained.ipynb #a5646cc4
-def logit_metrics(ref_BLV: torch.Tensor, out_BLV: torch.Tensor) -> dict:
-    "Per-token KL(HF || Titan) over the vocabulary (mean, max), top-1 agreement, max_diff and relative L2 of the logits."
-    ref_TV, out_TV = ref_BLV.detach().double().flatten(0, -2), out_BLV.detach().double().flatten(0, -2)
-    kl_T = F.kl_div(F.log_softmax(out_TV, -1), F.log_softmax(ref_TV, -1), log_target=True, reduction="none").sum(-1)
-    return dict(
-        token_kl_mean=kl_T.mean().item(),
-        token_kl_max=kl_T.max().item(),
-        top1_agreement=(ref_TV.argmax(-1) == out_TV.argmax(-1)).double().mean().item(),
-        max_diff=(out_TV - ref_TV).abs().max().item(),
-        rel_l2=rel_l2(out_TV, ref_TV),
-        num_tokens=ref_TV.shape[0],
-    )
 
 # %% ../nbs/03e_pretrained.ipynb #65eaf918
 def _figures(c: dict) -> dict:
@@ -147,14 +109,6 @@ class Blocked(RuntimeError):
     "An MoE block no expression holds: the reasons, from its probe."
 
 
-def _split(args: tuple, kwargs: dict) -> tuple[torch.Tensor, tuple, dict]:
-    "The hidden state a decoder layer was called with, and its other arguments."
-    if args:
-        return args[0], args[1:], kwargs
-    kwargs = dict(kwargs)
-    return kwargs.pop("hidden_states"), (), kwargs
-
-
 def compare_streams(
     model, ckpt: Checkpoint, ids_BL: torch.Tensor, conversion: Callable[[dict], dict] | None = None
 ) -> dict:
@@ -164,7 +118,7 @@ def compare_streams(
     hooks = [b.register_forward_pre_hook(lambda m, a: block_input.__setitem__("x", a[0].detach())) for b in core_blocks]
 
     def on_layer(index, layer, args, kwargs, output):
-        h_in, rest, kw = _split(args, kwargs)
+        h_in, rest, kw = layer_call_args(args, kwargs)
         h_out, attr = hidden_of(output), moe_attr_name(layer)
         titan_in, aligned_in = streams.get("titan", h_in), streams.get("aligned", h_in)
         rec, module, probe, titan_layer, aligned = (
@@ -231,14 +185,6 @@ def _summary(layers: list[dict]) -> dict:
         worst_kl_bfloat16=max((r["bfloat16"]["kl"] for r in moe), default=None),
         worst_rel_err_bfloat16=max((r["bfloat16"]["titan_rel_err"] for r in moe), default=None),
     )
-
-
-def holds(ckpt: Checkpoint, model: str) -> bool:
-    "Whether the checkpoint is of `model`: its model type or its text decoder's (a local folder named as the model is itself)."
-    if model not in CONFIG_MAPPING:
-        return True
-    names = {model, text_config(CONFIG_MAPPING[model]()).model_type}
-    return bool(names & {ckpt.config.model_type, ckpt.config.get_text_config().model_type})
 
 
 def pretrained_phase(
@@ -312,7 +258,7 @@ def pretrained_phase(
             model_type=ckpt.config.model_type,
             shards=len(set(ckpt.weight_map.values())),
             tensors=len(ckpt.weight_map),
-            training=_training(ckpt),
+            training=checkpoint_training(ckpt),
         ),
         input=dict(source=source, shape=list(ids_BL.shape)),
         summary=summary,
@@ -326,14 +272,3 @@ def pretrained_phase(
         wall_s=round(time.perf_counter() - start, 2),
     )
     return record, dict(hf_logits=res["hf_logits"], titan_logits=res["titan_logits"])
-
-
-def _training(ckpt: Checkpoint) -> dict | None:
-    "What the checkpoint's `training.json` says of its training (the built-in checkpoints have one), without the loss curve."
-    path = ckpt.folder / "training.json"
-    if not path.is_file():
-        return None
-    raw = json.loads(path.read_text())
-    return {k: v for k, v in raw.items() if k != "losses"} | (
-        {"final_loss": raw["losses"][-1]} if raw.get("losses") else {}
-    )

@@ -38,6 +38,7 @@ from .equivalence import equivalence_phase
 from .gap import gap_analysis_phase
 from .hf import UnknownModelError, real_config
 from .checkpoint import CheckpointError, open_checkpoint
+from .native import native_phase
 from .parallelism import parallelism_batch
 from .pretrained import pretrained_phase
 from .probe import probe_model
@@ -56,6 +57,7 @@ PHASES: dict[str, tuple[tuple[str, str], ...]] = {  # in the order they run
     "3": (("equivalence", "03_equivalence.ipynb"), ("gap_analysis", "03c_gap_analysis.ipynb")),
     "3b": (("pretrained", "03e_pretrained.ipynb"),),
     "4": (("parallelism", "04_parallelism.ipynb"),),
+    "native": (("native", "07_native.ipynb"),),  # torchtitan's own models; asked for by name, not in 1-4
 }
 ORDER = list(PHASES)
 
@@ -233,6 +235,12 @@ def summary_line(rec: dict) -> str:
             f"  {sm['moe_layers']} MoE layers; logits: token KL {lg['token_kl_mean']:.2e}, top-1 {lg['top1_agreement']:.1%}"
             f"; strict {rec['status_strict']}"
         )
+    if rec["phase"] == "native" and "summary" in rec:
+        sm = rec["summary"]
+        extra = (
+            f"  worst ratio float32 {sm['worst_ratio_float32']:.2f} (top-1 {sm['top1_float32']:.1%}), bfloat16 "
+            f"{sm['worst_ratio_bfloat16']:.2f}; controls caught: {rec['controls_caught']}"
+        )
     if rec["phase"] == "parallelism" and "configs" in rec:
         extra = "  " + "  ".join(f"{c['name']}: {c['status']}" for c in rec["configs"])
     reason = rec.get("reason") or "; ".join(rec.get("issues") or []) or (rec.get("error") or "").splitlines()[:1]
@@ -253,6 +261,7 @@ IN_PROCESS: dict[str, tuple[tuple[str, Callable[[str], dict]], ...]] = {
     "2": (("config", config_phase),),
     "3": (("equivalence", equivalence_phase), ("gap_analysis", lambda m: gap_analysis_phase(m)[0])),
     "3b": (("pretrained", lambda m: pretrained_phase(m)[0]),),  # the built-in trained checkpoint, where there is one
+    "native": (("native", native_phase),),  # UNSUPPORTED where torchtitan has no native model
 }
 
 
@@ -347,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--phases",
         default=None,
-        help="phases to run: 1,2,3b or 1-3 (default 1-4, which includes 3b; with --all 1-3; with --checkpoint 3b)",
+        help="phases to run: 1,2,3b or 1-3, or native (torchtitan's own model; never in a range) "
+        "(default 1-4, which includes 3b; with --all 1-3; with --checkpoint 3b)",
     )
     run.add_argument(
         "--checkpoint",

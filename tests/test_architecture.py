@@ -19,7 +19,7 @@ FLOORS = [
     {"expression", "synth", "cpu_compat"},
     {"compare", "traces", "sharding", "trained"},
     {"alignment", "parallel_worker"},
-    {"probe", "config", "equivalence", "gap", "pretrained", "parallelism"},  # the phases
+    {"probe", "config", "equivalence", "gap", "pretrained", "parallelism", "native"},  # the phases
     {"coverage", "compat_doc"},
     {"runner"},
 ]

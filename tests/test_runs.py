@@ -81,6 +81,24 @@ def test_plain_papermill_pretrained(tmp_path, reports_tmp):
     assert rec["status_strict"] == "PASS" and [r["kind"] for r in rec["layers"]] == ["dense", "moe", "moe"]
 
 
+def test_moe_bench_run_native(reports_tmp):
+    "torchtitan's own DeepSeek-V3 against HF through the console script: the record, and its offline report."
+    proc = subprocess.run(
+        ["moe-bench", "run", "deepseek_v3", "--phases", "native", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = _record(reports_tmp, "deepseek_v3", "native")
+    assert rec["status"] == "PASS" and rec["controls_caught"], rec.get("error") or rec.get("verdict")
+    assert [r["kind"] for r in rec["layers"]] == ["dense", "moe", "moe"]
+    html = (reports_tmp / "deepseek_v3" / "native.html").read_text()
+    assert "data:image/png;base64" in html and not re.search(
+        r"""<(script|link|img)[^>]+(src|href)=["']https?://""", html
+    )
+
+
 def test_plain_papermill_refuses_undeclared_parameter(tmp_path, reports_tmp):
     with pytest.raises(papermill.PapermillExecutionError, match="UndeclaredParameterError"):
         papermill.execute_notebook(

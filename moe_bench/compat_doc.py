@@ -16,7 +16,7 @@ from .core import REPO_ROOT, reports_root
 __all__ = ['PHASE_FILES', 'load_records', 'summary_row', 'not_pass_reason', 'compat_doc', 'index_html', 'write_docs']
 
 # %% ../nbs/05_compat_doc.ipynb #2eb15785
-PHASE_FILES = ("probe", "config", "equivalence", "gap_analysis", "pretrained", "parallelism")
+PHASE_FILES = ("probe", "config", "equivalence", "gap_analysis", "pretrained", "native", "parallelism")
 
 
 def load_records(root: str | os.PathLike = "") -> dict[str, dict[str, dict]]:
@@ -197,6 +197,46 @@ def _pretrained_section(records: dict[str, dict[str, dict]]) -> list[str]:
     return lines
 
 
+def _native_section(records: dict[str, dict[str, dict]]) -> list[str]:
+    "The native-model table: torchtitan's own model built from an HF checkpoint, against HF, and what it took."
+    rows = {m: r["native"] for m, r in records.items() if "native" in r}
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Native torchtitan models (built from an HF checkpoint)",
+        "",
+        "torchtitan's own model of the family, built from the checkpoint's `config.json` and loaded strictly through its",
+        "state-dict adapter, against HF on every layer, both residual streams and the logits. Ratios are Titan's error",
+        "over HF's own in the same dtype (float32: both against HF float64; bfloat16: both against HF float32), bound 4.",
+        "`random missed` lists the negative controls the same check on random weights would have let pass.",
+        "torchtitan 0.3.0's `qwen3_5` imports a GPU-only package and is out of scope on this CPU machine.",
+        "",
+        "| model | Titan model | status | worst ratio f32 | worst ratio bf16 | top-1 f32 | top-1 bf16 (HF's own) | controls caught | random missed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m, n in rows.items():
+        s = n.get("summary") or {}
+        missed = [
+            c["control"]
+            for c in n.get("random_weights") or []
+            if c["control"] != "none (the right conversion)" and not c["caught"]
+        ]
+        lines.append(
+            f"| {m} | {n.get('family', {}).get('titan_model', '-')} | {n['status']} | {_fmt(s.get('worst_ratio_float32'), '.3f')} | "
+            f"{_fmt(s.get('worst_ratio_bfloat16'), '.3f')} | {s.get('top1_float32', 0):.1%} | "
+            f"{s.get('top1_bfloat16', 0):.1%} ({s.get('top1_hf_bfloat16', 0):.1%}) | {n.get('controls_caught')} | {', '.join(missed) or '-'} |"
+        )
+    lines += ["", "What each family needed, and each negative control's worst ratio (measured here):", ""]
+    for m, n in rows.items():
+        needed = "; ".join(x for x in (n.get("family", {}).get("rope_layout"), n.get("family", {}).get("note")) if x)
+        controls = ", ".join(f"{c['control']} {_fmt(c['worst_ratio'], '.1e')}" for c in n.get("controls") or [])
+        lines.append(f"- {m}: {needed}; controls: {controls}")
+    adaptations = sorted({a for n in rows.values() for a in n.get("cpu_adaptations") or []})
+    lines += ["", "CPU adaptations, the same for every family:", ""] + [f"- {a}" for a in adaptations]
+    return lines
+
+
 def _mutation_section(records: dict[str, dict[str, dict]]) -> list[str]:
     "The mutation sweep per compared type: mutations tried, caught by the strict verdict, and by the spec's KL alone."
     swept = {m: r["equivalence"]["mutations"] for m, r in records.items() if r.get("equivalence", {}).get("mutations")}
@@ -255,6 +295,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
         lines += ["", "Why a model failed or crashed:", ""] + [f"- {m}: {why}" for m, why in reasons]
     lines += _mutation_section(records)
     lines += _pretrained_section(records)
+    lines += _native_section(records)
     lines += ["", "## Architectural Differences per Model", ""]
     for m, r in compared.items():
         lines += _arch_section(m, r)

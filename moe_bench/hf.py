@@ -296,7 +296,7 @@ def config_with(real: PretrainedConfig, overrides: dict) -> PretrainedConfig:
 
 # %% ../nbs/00a_hf.ipynb #f6e7efa0
 FINAL_NORM_NAMES = ("norm", "final_layernorm", "ln_f", "norm_f")
-EMBEDDING_NAMES = ("embed_tokens", "wte", "word_embeddings")
+EMBEDDING_NAMES = ("embed_tokens", "wte", "word_embeddings", "embeddings")  # nemotron_h: `embeddings`
 LAYER_LIST_NAMES = ("layers", "blocks")
 
 

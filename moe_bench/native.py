@@ -1094,6 +1094,11 @@ def _summary(res: dict, verdict: dict) -> dict:
     )
 
 
+def _home(cls: type) -> str:
+    "Where a class lives: this module for the classes its notebook defines (run there, they are `__main__`'s)."
+    return "moe_bench.native" if cls.__module__ == "__main__" else cls.__module__
+
+
 def native_phase(
     model: str,  # HF model type (the checkpoint must be of it)
     checkpoint: str = "",  # a local checkpoint folder; empty: the built-in trained checkpoint of `model`
@@ -1133,7 +1138,7 @@ def native_phase(
         summary=_summary(res, verdict),
         family=dict(
             titan_model=family.titan_model,
-            adapter=f"{family.adapter.__module__}.{family.adapter.__name__}",
+            adapter=f"{_home(family.adapter)}.{family.adapter.__name__}",
             rope=family.rope.__name__,
             rope_layout=family.rope_layout,
             note=family.note,

@@ -31,8 +31,8 @@ from .hf import build_model, decoder_layers, text_config
 
 # %% auto #0
 __all__ = ['HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'CheckpointError', 'Checkpoint', 'shard_keys', 'open_checkpoint',
-           'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'skeleton', 'module_prefixes', 'load_part_',
-           'release_', 'streamed', 'layer_call_args', 'logits_of']
+           'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_record', 'skeleton',
+           'module_prefixes', 'load_part_', 'release_', 'streamed', 'layer_call_args', 'logits_of']
 
 # %% ../nbs/00j_checkpoint.ipynb #64c0ac44
 class CheckpointError(ValueError):
@@ -191,6 +191,17 @@ def checkpoint_training(ckpt: Checkpoint) -> dict | None:
     raw = json.loads(path.read_text())
     return {k: v for k, v in raw.items() if k != "losses"} | (
         {"final_loss": raw["losses"][-1]} if raw.get("losses") else {}
+    )
+
+
+def checkpoint_record(ckpt: Checkpoint) -> dict:
+    "What a phase's record says of the checkpoint it ran on: folder, model type, shards, tensors, training."
+    return dict(
+        folder=str(ckpt.folder),
+        model_type=ckpt.config.model_type,
+        shards=len(set(ckpt.weight_map.values())),
+        tensors=len(ckpt.weight_map),
+        training=checkpoint_training(ckpt),
     )
 
 # %% ../nbs/00j_checkpoint.ipynb #fcd9d31d

@@ -52,8 +52,8 @@ from moe_bench.replacement import (
 
 # %% auto #0
 __all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'LAYER_MOE', 'EXPRESSIONS', 'Expression',
-           'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules',
-           'expression_of', 'Expressed', 'swap_titan_moe']
+           'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies',
+           'non_gated_rules', 'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +101,23 @@ class Expression:
 # %% ../nbs/00f_expression.ipynb #0f7f47e1
 def _swap_block(layer: nn.Module, attr: str, titan: MoE, probe: MoEProbe) -> None:
     setattr(layer, attr, as_hf_block(titan, probe.returns))
+
+
+def block_prototype(**fields) -> Expression:
+    "A prototype that replaces the HF block as a whole, with the core's tensor rules unless `fields` say otherwise."
+    return Expression(
+        **dict(
+            kind="prototype",
+            scope="block",
+            hf_state=lambda block, probe: block.state_dict(),
+            export=lambda titan, block, probe: export_titan_moe(titan, probe),
+            swap=_swap_block,
+            hf_output=lambda layer, attr, probe: getattr(layer, attr),
+            titan_output=lambda layer, attr, probe: getattr(layer, attr),
+            config=lambda probe: titan_moe_config(probe, check=False),
+        )
+        | fields
+    )
 
 
 CORE = Expression(
@@ -173,19 +190,11 @@ def _build_logit_bias(block: nn.Module, probe: MoEProbe, gate_float32: bool = Tr
     return titan
 
 
-LOGIT_BIAS = Expression(
+LOGIT_BIAS = block_prototype(
     name="logit_bias_router",
-    kind="prototype",
     core_changes=(LOGIT_BIAS_CORE_CHANGE,),
-    scope="block",
     applies=logit_bias_applies,
     build=_build_logit_bias,
-    hf_state=lambda block, probe: block.state_dict(),
-    export=lambda titan, block, probe: export_titan_moe(titan, probe),
-    swap=_swap_block,
-    hf_output=lambda layer, attr, probe: getattr(layer, attr),
-    titan_output=lambda layer, attr, probe: getattr(layer, attr),
-    config=lambda probe: titan_moe_config(probe, check=False),
 )
 
 # %% ../nbs/00f_expression.ipynb #c1a9e0e2
@@ -220,19 +229,11 @@ def _build_clamped_glu(block: nn.Module, probe: MoEProbe, gate_float32: bool = T
     return titan
 
 
-CLAMPED_GLU = Expression(
+CLAMPED_GLU = block_prototype(
     name="clamped_glu_experts",
-    kind="prototype",
     core_changes=(CLAMPED_GLU_CORE_CHANGE,),
-    scope="block",
     applies=clamped_glu_applies,
     build=_build_clamped_glu,
-    hf_state=lambda block, probe: block.state_dict(),
-    export=lambda titan, block, probe: export_titan_moe(titan, probe),
-    swap=_swap_block,
-    hf_output=lambda layer, attr, probe: getattr(layer, attr),
-    titan_output=lambda layer, attr, probe: getattr(layer, attr),
-    config=lambda probe: titan_moe_config(probe, check=False),
 )
 
 # %% ../nbs/00f_expression.ipynb #c1a9e0g2
@@ -283,19 +284,12 @@ def _build_non_gated(block: nn.Module, probe: MoEProbe, gate_float32: bool = Tru
     return load_titan_state_(titan, state, probe.num_experts, gate_float32, share)
 
 
-NON_GATED = Expression(
+NON_GATED = block_prototype(
     name="non_gated_experts",
-    kind="prototype",
     core_changes=(NON_GATED_CORE_CHANGE,),
-    scope="block",
     applies=non_gated_applies,
     build=_build_non_gated,
-    hf_state=lambda block, probe: block.state_dict(),
     export=lambda titan, block, probe: _apply(dict(titan.state_dict()), non_gated_rules(block, probe), forward=False),
-    swap=_swap_block,
-    hf_output=lambda layer, attr, probe: getattr(layer, attr),
-    titan_output=lambda layer, attr, probe: getattr(layer, attr),
-    config=lambda probe: titan_moe_config(probe, check=False),
     expert_param_layout={k: v for k, v in _GROUPED_EXPERTS_PARAM_LAYOUT.items() if not k.startswith("w3")},
 )
 

@@ -50,7 +50,7 @@ from . import cpu_compat
 from moe_bench.checkpoint import (
     Checkpoint,
     CheckpointError,
-    checkpoint_training,
+    checkpoint_record,
     holds,
     input_ids,
     layer_call_args,
@@ -1144,13 +1144,7 @@ def native_phase(
             note=family.note,
         ),
         mapping=mapping_table(family, ckpt.config),
-        checkpoint=dict(
-            folder=str(ckpt.folder),
-            model_type=ckpt.config.model_type,
-            shards=len(set(ckpt.weight_map.values())),
-            tensors=len(ckpt.weight_map),
-            training=checkpoint_training(ckpt),
-        ),
+        checkpoint=checkpoint_record(ckpt),
         input=dict(source=source, shape=list(ids_BL.shape)),
         embeddings_equal=res["embeddings_equal"],
         layers=res["layers"],

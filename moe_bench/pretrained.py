@@ -15,7 +15,7 @@ from .alignment import all_patches, gap_table, torchtitan_digest
 from moe_bench.checkpoint import (
     CheckpointError,
     Checkpoint,
-    checkpoint_training,
+    checkpoint_record,
     holds,
     input_ids,
     layer_call_args,
@@ -253,13 +253,7 @@ def pretrained_phase(
         else f"{status} with extension {'+'.join(e for e in expressions if e not in own)}",
         status_strict=worst_status(*strict_parts),
         expressions=expressions,
-        checkpoint=dict(
-            folder=str(ckpt.folder),
-            model_type=ckpt.config.model_type,
-            shards=len(set(ckpt.weight_map.values())),
-            tensors=len(ckpt.weight_map),
-            training=checkpoint_training(ckpt),
-        ),
+        checkpoint=checkpoint_record(ckpt),
         input=dict(source=source, shape=list(ids_BL.shape)),
         summary=summary,
         logits=logits,

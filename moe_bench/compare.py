@@ -28,9 +28,9 @@ __all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'MUTA
            'output_metrics', 'rel_l2', 'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics',
            'hf_router_gate_float32', 'capture_topk_ids', 'routing_agreement', 'meta_moe_block', 'materialize_',
            'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference', 'hf_reference', 'compare_moe_block',
-           'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs', 'strict_runs', 'mutation_sweep', 'strict_refs',
-           'extension_check', 'with_extension', 'compare_in_model', 'in_model_check', 'layer_with', 'cast_floats',
-           'compare_in_layer']
+           'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs', 'experts_in_input_dtype', 'strict_runs',
+           'mutation_sweep', 'strict_refs', 'extension_check', 'with_extension', 'compare_in_model', 'in_model_check',
+           'layer_with', 'cast_floats', 'compare_in_layer']
 
 # %% ../nbs/00h_compare.ipynb #4516c348
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -348,6 +348,18 @@ class StrictRefs(NamedTuple):
     f64_out: torch.Tensor  # HF's float64 output on the float32 run's input: float32's reference
 
 
+@contextmanager
+def experts_in_input_dtype():
+    "Within the block, torchtitan's grouped experts compute in the input dtype (the CPU adaptation of `04a_cpu_compat`)."
+    mine = not cpu_compat.describe()  # a caller's installation stays the caller's
+    cpu_compat.apply(cpu=False)
+    try:
+        yield
+    finally:
+        if mine:
+            cpu_compat.revert()
+
+
 def strict_runs(
     hf_block: nn.Module,
     probe: MoEProbe,
@@ -367,9 +379,7 @@ def strict_runs(
         expression=expression,
         reference=refs.f32_out,
     )
-    mine = not cpu_compat.describe()  # installed here (a caller's installation stays the caller's)
-    cpu_compat.apply(cpu=False)  # torchtitan's grouped experts in the input dtype: float32 judged as float32
-    try:
+    with experts_in_input_dtype():  # torchtitan's grouped experts in the input dtype: float32 judged as float32
         f32 = compare_moe_block(
             hf_block,
             probe,
@@ -380,9 +390,6 @@ def strict_runs(
             expression=expression,
             reference=refs.f64_out,
         )
-    finally:
-        if mine:
-            cpu_compat.revert()
     ratios = {r["dtype"]: in_hf_units(r["rel_err"], r["hf_rel_err"], getattr(torch, r["dtype"])) for r in (bf16, f32)}
     return dict(
         status=worst_status(*(strict(r, 1.0) for r in ratios.values())),
@@ -517,7 +524,9 @@ def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
     probe = probe_moe_block(hf_module, config)
     rt = expression.roundtrip(hf_module, probe)
     combine = F32_COMBINE if probe.combine_dtype == "float32" else None
-    bf16, f32 = (compare_in_model(model, expression, probe, dt, seed, extension=combine) for dt in DTYPES)
+    bf16 = compare_in_model(model, expression, probe, torch.bfloat16, seed, extension=combine)
+    with experts_in_input_dtype():  # float32 judged as float32, as the core's strict run is
+        f32 = compare_in_model(model, expression, probe, torch.float32, seed, extension=combine)
     control = compare_in_model(  # the first mutation that applies: gate/up swapped, or the expert order reversed
         model, expression, probe, torch.bfloat16, seed, titan_transform=first_mutation, extension=combine
     )
@@ -531,6 +540,8 @@ def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
             max_diff=bf16["max_diff"],
             status_float32=f32["status"],
             kl_float32=f32["kl"],
+            max_diff_float32=f32["max_diff"],
+            float32_run="Titan's grouped experts in the input dtype (CPU adaptation)",
             roundtrip=rt["status"],
             negative_control_caught=control["status"] == "FAIL",
         )

@@ -46,7 +46,6 @@ from torchtitan.models.qwen3.model import Qwen3TransformerBlock
 from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 from transformers import PretrainedConfig
 
-from . import cpu_compat
 from moe_bench.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -64,6 +63,7 @@ from moe_bench.compare import (
     HF_RELATIVE,
     cast_floats,
     capture_topk_ids,
+    experts_in_input_dtype,
     hf_router_gate_float32,
     in_hf_units,
     logit_metrics,
@@ -82,10 +82,10 @@ __all__ = ['COMMON_FIELDS', 'MOE_FIELDS', 'EXPERTS', 'MLA_NORM_EPS', 'NATIVE', '
            'Requirement', 'NativeFamily', 'GptOssUnquantizedAdapter', 'gpt_oss_input_dtype_experts_', 'native_family',
            'titan_values', 'mapping_table', 'carry_eps_', 'titan_config', 'build_native', 'eager_flex',
            'attention_masks', 'hf_tensors', 'load_strict_', 'release_titan_', 'strip', 'titan_in', 'gate_float32_',
-           'experts_in_input_dtype', 'ratio_figures', 'stage_outputs', 'compare_native', 'worst_ratios',
-           'first_divergence', 'native_verdict', 'interleave', 'deinterleave', 'permute_qk', 'swap_experts',
-           'swap_gate_up', 'zero_expert_bias', 'reshape_not_transpose', 'sinks_off', 'Control', 'run_control',
-           'random_checkpoint', 'random_controls', 'native_phase']
+           'ratio_figures', 'stage_outputs', 'compare_native', 'worst_ratios', 'first_divergence', 'native_verdict',
+           'interleave', 'deinterleave', 'permute_qk', 'swap_experts', 'swap_gate_up', 'zero_expert_bias',
+           'reshape_not_transpose', 'sinks_off', 'Control', 'run_control', 'random_checkpoint', 'random_controls',
+           'native_phase']
 
 # %% ../nbs/07_native.ipynb #9cdd2c78
 class NativeUnsupported(ValueError):
@@ -693,18 +693,6 @@ def gate_float32_(module: nn.Module) -> nn.Module:
         if name.endswith("router.gate"):
             m.__class__ = Float32Gate
     return module
-
-
-@contextmanager
-def experts_in_input_dtype():
-    "Within the block, torchtitan's grouped experts compute in the input dtype (the CPU adaptation of `04a_cpu_compat`)."
-    mine = not cpu_compat.describe()  # a caller's installation stays the caller's
-    cpu_compat.apply(cpu=False)
-    try:
-        yield
-    finally:
-        if mine:
-            cpu_compat.revert()
 
 # %% ../nbs/07_native.ipynb #5f6075a7
 FLOAT64, FLOAT32, BFLOAT16 = torch.float64, torch.float32, torch.bfloat16

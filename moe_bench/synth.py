@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import sys
 
 from transformers import PretrainedConfig
 
@@ -79,10 +78,7 @@ def _sparse_marker(types: list) -> str:
 
 def _always_builds_sliding_mask(real: PretrainedConfig) -> bool:
     "Whether the family's decoder builds its sliding-window mask whatever its layer types (step3p7), so needs the window."
-    module = sys.modules.get(type(real).__module__.replace(".configuration_", ".modeling_"))
-    if module is None:
-        module = importlib.import_module(type(real).__module__.replace(".configuration_", ".modeling_"))
-    src = inspect.getsource(module)
+    src = inspect.getsource(importlib.import_module(type(real).__module__.replace(".configuration_", ".modeling_")))
     return "create_sliding_window_causal_mask(" in src and "has_sliding_layers" not in src
 
 

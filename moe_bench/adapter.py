@@ -114,6 +114,15 @@ def block_rules(probe: MoEProbe) -> list[TensorRule]:
             rename(f"{s}.up_proj.weight", f"{TITAN_SHARED}.w3.weight"),
             rename(f"{s}.down_proj.weight", f"{TITAN_SHARED}.w2.weight"),
         ]
+        if probe.shared_format == "fused":  # minimax_m3_vl: one (2I, D) gate_up_proj, gate rows then up rows
+            rules[-3:-1] = [
+                TensorRule(
+                    (f"{s}.gate_up_proj.weight",),
+                    (f"{TITAN_SHARED}.w1.weight", f"{TITAN_SHARED}.w3.weight"),
+                    lambda ts: list(ts[0].chunk(2, dim=0)),  # views
+                    lambda ts: [torch.cat(ts, dim=0)],
+                )
+            ]
     if probe.shared_gate_attr:
         rules.append(rename(f"{probe.shared_gate_attr}.weight", f"{TITAN_SHARED}.gate.weight"))
     return rules
@@ -122,7 +131,7 @@ def block_rules(probe: MoEProbe) -> list[TensorRule]:
 def _experts_rules(probe: MoEProbe) -> list[TensorRule]:
     "The experts' rules: torchtitan's SiLU `GroupedExperts`, or its gpt_oss experts for a clamped SwiGLU."
     t, ex = probe.expert_layout == "transposed", probe.experts_attr
-    if probe.activation == "clamped_swiglu":
+    if probe.activation == "clamped_swiglu" and probe.expert_bias:  # without biases: the core's (clamped_glu_experts)
         rows = probe.gate_up_order == "halves"  # GptOss alternates gate and up rows: halves are interleaved
         return [
             TensorRule(

@@ -24,13 +24,14 @@ from .hf import build_model, decoder_layers, meta_model, moe_attr_name, moe_bloc
 from .moe_probe import MoEProbe, probe_moe_block
 
 # %% auto #0
-__all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'MUTATIONS', 'DTYPES', 'F32_COMBINE', 'verdict',
-           'output_metrics', 'rel_l2', 'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics',
-           'hf_router_gate_float32', 'capture_topk_ids', 'routing_agreement', 'meta_moe_block', 'materialize_',
-           'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference', 'hf_reference', 'compare_moe_block',
-           'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs', 'experts_in_input_dtype', 'strict_runs',
-           'mutation_sweep', 'strict_refs', 'extension_check', 'with_extension', 'compare_in_model', 'in_model_check',
-           'layer_with', 'cast_floats', 'compare_in_layer']
+__all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'MUTATIONS', 'DTYPES', 'F32_COMBINE',
+           'REFERENCE_DTYPE', 'verdict', 'output_metrics', 'rel_l2', 'eager_experts', 'hf_float64_output', 'strict',
+           'in_hf_units', 'logit_metrics', 'hf_router_gate_float32', 'capture_topk_ids', 'routing_agreement',
+           'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference',
+           'hf_reference', 'compare_moe_block', 'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs',
+           'experts_in_input_dtype', 'strict_runs', 'mutation_sweep', 'strict_refs', 'extension_check',
+           'with_extension', 'cast_floats', 'layer_reference', 'compare_in_model', 'in_model_strict', 'in_model_check',
+           'layer_with', 'compare_in_layer']
 
 # %% ../nbs/00h_compare.ipynb #4516c348
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -74,13 +75,18 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
+def eager_experts(module: nn.Module) -> nn.Module:
+    "`module` (a copy) with HF's own eager experts loop: HF's grouped_mm kernel has no float64."
+    for m in module.modules():
+        if hasattr(getattr(m, "config", None), "_experts_implementation"):
+            m.config = copy.copy(m.config)  # the copy's own config: the original's kernel choice stays as it was
+            m.config._experts_implementation = "eager"
+    return module
+
+
 def hf_float64_output(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> torch.Tensor:
     "HF's block in float64 on `x_BLD`, its router gate in float32 as in every run (the same experts chosen)."
-    hf = cast_copy(hf_block, torch.float64)
-    for m in hf.modules():  # HF's own eager experts loop: its grouped_mm kernel has no float64
-        if hasattr(getattr(m, "config", None), "_experts_implementation"):
-            m.config = copy.copy(m.config)  # the copy's own config: the block's kernel choice stays as it was
-            m.config._experts_implementation = "eager"
+    hf = eager_experts(cast_copy(hf_block, torch.float64))
     with torch.no_grad(), hf_router_gate_float32(getattr(hf, probe.router_attr)):
         return hidden_of(hf(x_BLD.double()))
 
@@ -305,7 +311,7 @@ MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = { 
         lambda sd: _map(sd, [k for k in _expert_keys(sd) if "_bias_" in k], torch.zeros_like),
     ),
     "shared gate/up swapped": (
-        lambda sd: f"{TITAN_SHARED}.w1.weight" in sd,
+        lambda sd: f"{TITAN_SHARED}.w3.weight" in sd,  # a non-gated shared expert has no w3
         lambda sd: (
             dict(sd)
             | {
@@ -460,13 +466,54 @@ def extension_check(hf_block: nn.Module, probe: MoEProbe, seed: int = 0, ref: HF
     return out
 
 
+def _control_caught(ext: dict) -> bool:
+    "An extension's wrong mappings are caught: by its strict verdict where it has one (every mutation), else the spec's KL."
+    return ext["status_strict"] == "PASS" if "status_strict" in ext else ext["negative_control_caught"]
+
+
 def with_extension(core_status: str, extensions: list[dict]) -> str | None:
     "`PASS with extension <name>` where the core alone falls short and an extension passes with its control caught."
-    ok = [e["name"] for e in extensions if e["status"] == "PASS" and e["negative_control_caught"]]
+    ok = [e["name"] for e in extensions if e["status"] == "PASS" and _control_caught(e)]
     return f"PASS with extension {ok[0]}" if core_status != "PASS" and ok else None
 
 # %% ../nbs/00h_compare.ipynb #4b522fe6
 F32_COMBINE = next(e for e in EXTENSIONS if e.name == "f32_combine")
+
+
+def cast_floats(value, dtype: torch.dtype):
+    "`value` (a tensor, or tuples, lists and dicts of them) with its floating tensors in `dtype`."
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(cast_floats(v, dtype) for v in value)
+    if isinstance(value, dict):
+        return type(value)({k: cast_floats(v, dtype) for k, v in value.items()})
+    return value
+
+
+def layer_reference(
+    hf_layer: nn.Module,  # the HF decoder layer of the run being judged
+    attr: str,
+    expression: Expression,
+    probe: MoEProbe,
+    called: dict,  # what the model called it with: `args`, `kwargs`
+    dtype: torch.dtype,  # one precision up of the run's
+) -> torch.Tensor:
+    "What HF's layer gives at `expression.hf_output`, one precision up, on the same input: the strict verdict's reference."
+    layer = eager_experts(cast_copy(hf_layer, dtype))
+    seen = {}
+    hook = expression.hf_output(layer, attr, probe).register_forward_hook(
+        lambda m, a, o: seen.__setitem__("ref", hidden_of(o))
+    )
+    try:
+        with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(layer), probe.router_attr)):
+            layer(*cast_floats(called["args"], dtype), **cast_floats(called["kwargs"], dtype))
+    finally:
+        hook.remove()
+    return seen["ref"]
+
+
+REFERENCE_DTYPE = {torch.bfloat16: torch.float32, torch.float32: torch.float64}  # one precision up
 
 
 def compare_in_model(
@@ -478,7 +525,7 @@ def compare_in_model(
     titan_transform: Callable[[dict], dict] | None = None,  # rewrites the Titan state dict (negative controls)
     extension: Extension | None = None,  # installed in every built Titan module
 ) -> dict:
-    "Figures of what HF's first MoE layer computes against the expression's Titan module swapped into a copy of the model."
+    "Figures and both verdicts of HF's first MoE layer against the expression's Titan module in a copy of the model."
     hf = cast_copy(hf_model, dtype).eval()
     titan = copy.deepcopy(hf)
     layers = moe_layer_indices(hf)
@@ -499,7 +546,9 @@ def compare_in_model(
         expression.titan_output(titan_layer, attr, probe).register_forward_hook(
             lambda m, a, o: seen.__setitem__("titan", hidden_of(o))
         ),
+        hf_layer.register_forward_pre_hook(lambda m, a, kw: called.update(args=a, kwargs=kw), with_kwargs=True),
     ]
+    called = {}  # the layer's input: the same in both models, everything before it being the same
     ids = torch.randint(0, hf.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(seed))
     try:
         with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(hf_layer), probe.router_attr)):
@@ -508,14 +557,44 @@ def compare_in_model(
     finally:
         for h in hooks:
             h.remove()
-    metrics = output_metrics(seen["hf"].reshape(seen["titan"].shape), seen["titan"])
+    hf_out, titan_out = seen["hf"].reshape(seen["titan"].shape), seen["titan"]
+    metrics = output_metrics(hf_out, titan_out)
+    ref = layer_reference(hf_layer, attr, expression, probe, called, REFERENCE_DTYPE[dtype]).reshape(titan_out.shape)
+    metrics |= dict(rel_err=rel_l2(titan_out, ref), hf_rel_err=rel_l2(hf_out, ref))
+    ratio = in_hf_units(metrics["rel_err"], metrics["hf_rel_err"], dtype)
     return dict(
-        status=verdict(metrics["kl"]), dtype=str(dtype).removeprefix("torch."), **metrics, num_tokens=ids.numel()
+        status=verdict(metrics["kl"]),
+        status_strict=strict(ratio, 1.0),
+        ratio=ratio,
+        dtype=str(dtype).removeprefix("torch."),
+        **metrics,
+        num_tokens=ids.numel(),
+    )
+
+
+def in_model_strict(
+    model: nn.Module,
+    expression: Expression,
+    probe: MoEProbe,
+    seed: int = 0,
+    titan_transform: Callable[[dict], dict] | None = None,
+    extension: Extension | None = None,
+) -> dict:
+    "Both dtypes in the model (float32 with Titan's experts in the input dtype), each against HF one precision up."
+    bf16 = compare_in_model(model, expression, probe, torch.bfloat16, seed, titan_transform, extension)
+    with experts_in_input_dtype():  # float32 judged as float32, as the core's strict run is
+        f32 = compare_in_model(model, expression, probe, torch.float32, seed, titan_transform, extension)
+    return dict(
+        status=worst_status(bf16["status_strict"], f32["status_strict"]),
+        ratio_bfloat16=bf16["ratio"],
+        ratio_float32=f32["ratio"],
+        bfloat16=bf16,
+        float32=f32,
     )
 
 
 def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
-    "The `extensions` entry of a block the core cannot hold: both dtypes' verdicts in the model with `expression`, its control and round trip."
+    "The `extensions` entry of a block the core cannot hold: both verdicts in the model with `expression`, its mutations and round trip."
     model = build_model(
         config, "cpu"
     ).float()  # a causal LM, or the bare decoder where the family has no LM class for this config
@@ -524,26 +603,45 @@ def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
     probe = probe_moe_block(hf_module, config)
     rt = expression.roundtrip(hf_module, probe)
     combine = F32_COMBINE if probe.combine_dtype == "float32" else None
-    bf16 = compare_in_model(model, expression, probe, torch.bfloat16, seed, extension=combine)
-    with experts_in_input_dtype():  # float32 judged as float32, as the core's strict run is
-        f32 = compare_in_model(model, expression, probe, torch.float32, seed, extension=combine)
-    control = compare_in_model(  # the first mutation that applies: gate/up swapped, or the expert order reversed
-        model, expression, probe, torch.bfloat16, seed, titan_transform=first_mutation, extension=combine
-    )
+    right = in_model_strict(model, expression, probe, seed, extension=combine)
+    bf16, f32 = right["bfloat16"], right["float32"]
+    sweep = []  # every mutation that applies to the module's tensors; the first is the negative control
+    for name, rewrite in mutations(dict(expression.build(hf_module, probe, share=True).state_dict())).items():
+        r = in_model_strict(model, expression, probe, seed, rewrite, combine)
+        sweep.append(
+            dict(
+                name=name,
+                ratio_bfloat16=r["ratio_bfloat16"],
+                ratio_float32=r["ratio_float32"],
+                kl=r["bfloat16"]["kl"],
+                caught=r["status"] == "FAIL",
+                caught_by_spec=r["bfloat16"]["status"] == "FAIL",
+            )
+        )
     status = bf16["status"] if rt["status"] == "PASS" else "FAIL"
     return [
         dict(
             name=expression.name + (f"+{combine.name}" if combine else ""),
             core_change=expression.core_change,
             status=status,
+            status_strict=worst_status(
+                right["status"], rt["status"], "PASS" if all(m["caught"] for m in sweep) else "FAIL"
+            ),
             kl=bf16["kl"],
             max_diff=bf16["max_diff"],
             status_float32=f32["status"],
             kl_float32=f32["kl"],
             max_diff_float32=f32["max_diff"],
-            float32_run="Titan's grouped experts in the input dtype (CPU adaptation)",
+            ratio_bfloat16=right["ratio_bfloat16"],
+            ratio_float32=right["ratio_float32"],
+            hf_relative=HF_RELATIVE,
+            float32_run="Titan's grouped experts in the input dtype (CPU adaptation), against HF in float64",
+            reference="HF's decoder layer one precision up on the layer's own input",
             roundtrip=rt["status"],
-            negative_control_caught=control["status"] == "FAIL",
+            negative_control=sweep[0]["name"],
+            negative_control_caught=sweep[0]["caught_by_spec"],
+            negative_control_caught_strict=sweep[0]["caught"],
+            mutations=sweep,
         )
     ]
 
@@ -557,17 +655,6 @@ def layer_with(layer: nn.Module, attr: str, expression: Expression, module: nn.M
             setattr(copied, name, type(value)())
     expression.swap(copied, attr, module, probe)
     return copied
-
-
-def cast_floats(value, dtype: torch.dtype):
-    "`value` (a tensor, or tuples, lists and dicts of them) with its floating tensors in `dtype`."
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() else value
-    if isinstance(value, (tuple, list)):
-        return type(value)(cast_floats(v, dtype) for v in value)
-    if isinstance(value, dict):
-        return type(value)({k: cast_floats(v, dtype) for k, v in value.items()})
-    return value
 
 
 def compare_in_layer(

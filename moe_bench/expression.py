@@ -24,7 +24,9 @@ from moe_bench.extensions import (
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
     NON_GATED_CORE_CHANGE,
+    SCORE_FUNC_CORE_CHANGE,
     LogitBiasRouter,
+    ScoreFuncRouter,
     build_layer_moe,
     clamped_glu_of,
     experts_gating,
@@ -36,10 +38,11 @@ from moe_bench.extensions import (
     mlp_gating,
     moe_branch_norms,
     plain_silu,
+    score_func_of,
     swap_layer_moe,
 )
 from .hf import decoder_layers, moe_attr_name, moe_block
-from .moe_probe import MoEProbe, probe_moe_block, titan_blockers
+from .moe_probe import TITAN_SCORE_FUNCS, MoEProbe, probe_moe_block, titan_blockers
 from moe_bench.replacement import (
     SWIGLU_ALPHA,
     as_hf_block,
@@ -51,9 +54,10 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'LAYER_MOE', 'EXPRESSIONS', 'Expression',
-           'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies',
-           'non_gated_rules', 'expression_of', 'Expressed', 'swap_titan_moe']
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE',
+           'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
+           'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'with_score_func', 'expression_of',
+           'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -210,8 +214,6 @@ def clamped_glu_applies(block: nn.Module, probe: MoEProbe) -> bool:
     if (gating := experts_gating(experts)) is None or clamped_glu_of(experts, gating) is None:
         return False
     if (shared := _shared_mlp(block, probe)) is not None:
-        if isinstance(getattr(shared, "gate_up_proj", None), nn.Linear):  # minimax_m3_vl: no adapter rule for it yet
-            return False
         gating = mlp_gating(shared)
         if gating is None or not (plain_silu(gating) or clamped_glu_of(shared, gating)):
             return False
@@ -293,6 +295,44 @@ NON_GATED = block_prototype(
     expert_param_layout={k: v for k, v in _GROUPED_EXPERTS_PARAM_LAYOUT.items() if not k.startswith("w3")},
 )
 
+# %% ../nbs/00f_expression.ipynb #acae54e37e7d407bbb7b55eff062a284
+def _as_core_scored(probe: MoEProbe) -> MoEProbe:
+    "The probe as if the router scored with a function the core knows (`sigmoid`: the prototype's router replaces it)."
+    scored = dataclasses.replace(probe, score_func="sigmoid", issues=[])
+    others = [i for i in probe.issues if i not in titan_blockers(probe)]  # tensors with no place stay issues
+    return dataclasses.replace(scored, issues=titan_blockers(scored) + others)
+
+
+def with_score_func(base: Expression) -> Expression:
+    "`base` with its router scoring by a form of `SCORE_FUNCS`: a prototype of `score_func_option` (and `base`'s changes)."
+
+    def applies(block: nn.Module, probe: MoEProbe) -> bool:
+        if probe.level != "block" or probe.score_func in TITAN_SCORE_FUNCS:
+            return False
+        return score_func_of(getattr(block, probe.router_attr)) is not None and base.applies(
+            block, _as_core_scored(probe)
+        )
+
+    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+        titan = base.build(block, _as_core_scored(probe), gate_float32, share)
+        titan.router.__class__ = ScoreFuncRouter
+        titan.router.score_form = score_func_of(getattr(block, probe.router_attr))
+        return titan
+
+    return dataclasses.replace(
+        base,
+        name="score_func_router" + ("" if base is CORE else f"+{base.name}"),
+        kind="prototype",
+        core_changes=(SCORE_FUNC_CORE_CHANGE, *base.core_changes),
+        applies=applies,
+        build=build,
+        config=lambda probe: base.config(_as_core_scored(probe)),
+    )
+
+
+SCORE_FUNC = with_score_func(CORE)
+SCORE_FUNC_CLAMPED_GLU = with_score_func(CLAMPED_GLU)
+
 # %% ../nbs/00f_expression.ipynb #4ca93b45
 LAYER_MOE = Expression(
     name="layer_moe",
@@ -310,7 +350,16 @@ LAYER_MOE = Expression(
     sharding=layer_moe_sharding,
 )
 
-EXPRESSIONS: tuple[Expression, ...] = (CORE, GPT_OSS, LOGIT_BIAS, CLAMPED_GLU, NON_GATED, LAYER_MOE)
+EXPRESSIONS: tuple[Expression, ...] = (
+    CORE,
+    GPT_OSS,
+    LOGIT_BIAS,
+    CLAMPED_GLU,
+    NON_GATED,
+    SCORE_FUNC,
+    SCORE_FUNC_CLAMPED_GLU,
+    LAYER_MOE,
+)
 
 
 def expression_of(

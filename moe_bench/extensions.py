@@ -31,15 +31,15 @@ from .moe_probe import MoEProbe
 from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 
 # %% auto #0
-__all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'NON_GATED_CORE_CHANGE',
-           'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
-           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
-           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter', 'ClampedGlu',
-           'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts',
-           'ClampedGluFeedForward', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_',
-           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
-           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
-           'swap_layer_moe', 'layer_moe_sharding']
+__all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'CLAMPED_GLU_CORE_CHANGE',
+           'CLAMPED_GLUS', 'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
+           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
+           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
+           'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating',
+           'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'NonGatedGroupedExperts',
+           'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE',
+           'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
+           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -247,6 +247,46 @@ class LogitBiasRouter(TokenChoiceTopKRouter):
         logits_BLE = logits_BLE.float()
         scores_BLE = torch.sigmoid(logits_BLE) if self.score_func == "sigmoid" else F.softmax(logits_BLE, dim=-1)
         choice_BLE = logits_BLE if expert_bias_E is None else logits_BLE + expert_bias_E  # the one change
+        if self.num_expert_groups is not None:
+            choice_BLE = self._get_node_limited_routing_scores(choice_BLE)
+        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
+        topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
+        if self.route_norm:
+            topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
+        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
+
+# %% ../nbs/00e_extensions.ipynb #acae54e37e7d407bbb7b55eff062a284
+SCORE_FUNC_CORE_CHANGE = (
+    "score_func_option: TokenChoiceTopKRouter score functions beyond softmax and sigmoid (sqrtsoftplus: "
+    "sqrt(softplus(logits)), DeepSeek-V4)"
+)
+
+SCORE_FUNCS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # logits -> scores, as HF writes each
+    "sqrtsoftplus": lambda logits: F.softplus(logits).sqrt(),  # deepseek_v4
+}
+
+
+def score_func_of(router: nn.Module) -> str | None:
+    "The form of `SCORE_FUNCS` the HF router's own score function computes (a parameterless module it holds, run on a grid of logits), else None."
+    logits = torch.linspace(-30.0, 30.0, 6001)
+    for fn in (m for m in router.children() if not any(True for _ in m.parameters())):
+        with torch.no_grad():
+            out = fn(logits)
+        if found := [name for name, f in SCORE_FUNCS.items() if torch.equal(out, f(logits))]:
+            return found[0]
+    return None
+
+
+class ScoreFuncRouter(TokenChoiceTopKRouter):
+    "Prototype of the core change: `TokenChoiceTopKRouter` scoring with `SCORE_FUNCS[self.score_form]`."
+
+    score_form: str  # set on the instance by the expression that builds it
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
+            logits_BLE = self.gate(x_BLD)
+        scores_BLE = SCORE_FUNCS[self.score_form](logits_BLE.float())  # the one change
+        choice_BLE = scores_BLE if expert_bias_E is None else scores_BLE + expert_bias_E
         if self.num_expert_groups is not None:
             choice_BLE = self._get_node_limited_routing_scores(choice_BLE)
         _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)

@@ -68,6 +68,7 @@ class MoEProbe:
     shared_attr: str | None = None
     shared_gate_attr: str | None = None
     shared_intermediate_size: int | None = None
+    shared_format: str = "split"  # "split" gate_proj and up_proj | "fused" one gate_up_proj, gate rows then up rows
     level: str = "block"  # "block" | "layer" (router and experts beside the dense MLP)
     returns: str = "tensor"  # what the block's forward returns: "tensor" | "tuple" (the hidden state first: gpt_oss)
     issues: list[str] = field(default_factory=list)
@@ -344,6 +345,7 @@ def probe_shared_experts(block: nn.Module) -> dict:
         shared_attr=attr,
         shared_gate_attr=gate_attr,
         shared_intermediate_size=down.weight.shape[1],
+        shared_format="fused" if isinstance(getattr(shared, "gate_up_proj", None), nn.Linear) else "split",
     )
 
 # %% ../nbs/00b_moe_probe.ipynb #db64e7e9

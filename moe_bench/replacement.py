@@ -149,7 +149,9 @@ class ContiguousMoE(MoE):
 
     returns_tuple = False  # the HF block returned `(hidden, ...)`: return `(output, None)`
 
-    def forward(self, x_BLD: torch.Tensor):
+    def forward(self, x_BLD: torch.Tensor, **layer_kwargs):
+        # what else the HF layer passes its block goes unused: deepseek_v4's `input_ids` serve only its hash-routed
+        # layers, whose token table the probe lists as a tensor Titan has no place for; any use would show as a diff
         out_BLD = super().forward(x_BLD.contiguous())
         return (out_BLD, None) if self.returns_tuple else out_BLD
 

@@ -45,6 +45,8 @@ def test_small_width_coverage(model):
         if rec["expression"]:  # a moe_bench prototype holds it: its verdict stands beside the core's BLOCKED
             assert (rec["status_with_extension"] or "").startswith(f"PASS with extension {rec['expression']}")
             assert all(e["negative_control_caught"] and e["roundtrip"] == "PASS" for e in rec["extensions"])
+            in_model = [e for e in rec["extensions"] if "status_strict" in e]  # judged in the model: its own sweep
+            assert all(e["status_strict"] == "PASS" and all(m["caught"] for m in e["mutations"]) for e in in_model)
     if rec["status"] in ("PASS", "WARN"):
         assert (
             rec["roundtrip"]["max_diff"] == 0.0

@@ -5,6 +5,7 @@
 # %% ../nbs/00f_expression.ipynb #94e39ee7
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -15,7 +16,16 @@ from torchtitan.models.common.moe import MoE
 from torchtitan.models.gpt_oss.sharding import _GPT_OSS_EXPERTS_PARAM_LAYOUT
 from torchtitan.models.qwen3.sharding import _GROUPED_EXPERTS_PARAM_LAYOUT
 
-from .adapter import TITAN_EXPERTS, TITAN_SHARED, TensorRule, _apply, block_rules, rename, state_dict_diff
+from moe_bench.adapter import (
+    TITAN_EXPERTS,
+    TITAN_SHARED,
+    TensorRule,
+    _apply,
+    block_rules,
+    rename,
+    state_dict_diff,
+    titan_block_to_hf,
+)
 from moe_bench.extensions import (
     CLAMPED_GLU_CORE_CHANGE,
     ClampedGluFeedForward,
@@ -24,8 +34,11 @@ from moe_bench.extensions import (
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
     NON_GATED_CORE_CHANGE,
+    OUTPUT_NORM_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
     LogitBiasRouter,
+    OutputNorm,
+    OutputNormMoE,
     ScoreFuncRouter,
     build_layer_moe,
     clamped_glu_of,
@@ -37,12 +50,13 @@ from moe_bench.extensions import (
     make_non_gated_,
     mlp_gating,
     moe_branch_norms,
+    norm_form_of,
     plain_silu,
     score_func_of,
     swap_layer_moe,
 )
 from .hf import decoder_layers, moe_attr_name, moe_block
-from .moe_probe import TITAN_SCORE_FUNCS, MoEProbe, probe_moe_block, titan_blockers
+from .moe_probe import TITAN_SCORE_FUNCS, MoEProbe, probe_moe_block, titan_blockers, unclaimed_tensors
 from moe_bench.replacement import (
     SWIGLU_ALPHA,
     as_hf_block,
@@ -54,10 +68,10 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE',
-           'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
-           'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'with_score_func', 'expression_of',
-           'Expressed', 'swap_titan_moe']
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU',
+           'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
+           'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_norm_attr', 'output_norm_applies',
+           'with_score_func', 'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -295,6 +309,53 @@ NON_GATED = block_prototype(
     expert_param_layout={k: v for k, v in _GROUPED_EXPERTS_PARAM_LAYOUT.items() if not k.startswith("w3")},
 )
 
+# %% ../nbs/00f_expression.ipynb #72eea5119410473aa328ad9291626812
+def output_norm_attr(block: nn.Module, probe: MoEProbe) -> str | None:
+    "The block's child norm whose weight is the one tensor the core's `MoE` has no place for, where its form is known."
+    extra = unclaimed_tensors(block, probe)
+    attr = extra[0].removesuffix(".weight") if len(extra) == 1 else ""
+    if "." in attr or not isinstance(getattr(block, attr, None), nn.Module):
+        return None
+    return attr if norm_form_of(getattr(block, attr)) else None
+
+
+def output_norm_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for one norm of a known form whose weight it has no place for."
+    if probe.level != "block" or titan_blockers(probe) or (attr := output_norm_attr(block, probe)) is None:
+        return False
+    return len(probe.issues) == 1 and repr(f"{attr}.weight") in probe.issues[0]  # nothing else stops the core
+
+
+def _without(block: nn.Module, attr: str) -> nn.Module:
+    "A shallow copy of `block` without its child `attr` (its tensors are what the core's rules map)."
+    stripped = copy.copy(block)
+    stripped._modules = {k: v for k, v in block._modules.items() if k != attr}
+    return stripped
+
+
+def _build_output_norm(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    attr = output_norm_attr(block, probe)
+    titan = build_titan_moe(_without(block, attr), probe, gate_float32, share, titan_moe_config(probe, check=False))
+    weight = getattr(block, attr).weight.detach()
+    titan.__class__ = OutputNormMoE
+    titan.output_norm = OutputNorm(weight if share else weight.clone(), *norm_form_of(getattr(block, attr)))
+    return titan
+
+
+def _export_output_norm(titan: MoE, block: nn.Module, probe: MoEProbe) -> dict:
+    sd = dict(titan.state_dict())
+    weight = sd.pop("output_norm.weight")
+    return titan_block_to_hf(sd, probe) | {f"{output_norm_attr(block, probe)}.weight": weight}
+
+
+OUTPUT_NORM = block_prototype(
+    name="moe_output_norm",
+    core_changes=(OUTPUT_NORM_CORE_CHANGE,),
+    applies=output_norm_applies,
+    build=_build_output_norm,
+    export=_export_output_norm,
+)
+
 # %% ../nbs/00f_expression.ipynb #acae54e37e7d407bbb7b55eff062a284
 def _as_core_scored(probe: MoEProbe) -> MoEProbe:
     "The probe as if the router scored with a function the core knows (`sigmoid`: the prototype's router replaces it)."
@@ -356,6 +417,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     LOGIT_BIAS,
     CLAMPED_GLU,
     NON_GATED,
+    OUTPUT_NORM,
     SCORE_FUNC,
     SCORE_FUNC_CLAMPED_GLU,
     LAYER_MOE,

@@ -32,14 +32,15 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'CLAMPED_GLU_CORE_CHANGE',
-           'CLAMPED_GLUS', 'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
-           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
-           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
-           'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating',
-           'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'NonGatedGroupedExperts',
-           'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE',
-           'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
-           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
+           'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS', 'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES',
+           'Float32CombineDispatcher', 'Extension', 'applicable_extensions', 'OutputScaledRoutedExperts',
+           'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp',
+           'InputDtypeGptOssExperts', 'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu',
+           'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward',
+           'norm_form_of', 'OutputNorm', 'OutputNormMoE', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
+           'make_non_gated_', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter',
+           'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe',
+           'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -422,6 +423,57 @@ class ClampedGluFeedForward(FeedForward):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(self.glu(self.w1(x), self.w3(x)))
+
+# %% ../nbs/00e_extensions.ipynb #72eea5119410473aa328ad9291626812
+OUTPUT_NORM_CORE_CHANGE = "moe_output_norm: an MoE option applying an RMSNorm to its output (routed plus shared)"
+
+
+def _normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
+    x32 = x.float()
+    return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+
+
+NORM_FORMS: dict[str, Callable] = {  # (x, weight, eps) -> y, as HF writes each
+    "weight_times_cast": lambda x, w, eps: w * _normalized(x, eps).to(x.dtype),  # Llama, DeepSeek, axk1
+    "cast_after_weight": lambda x, w, eps: (_normalized(x, eps) * w.float()).to(x.dtype),
+    "one_plus_weight": lambda x, w, eps: (_normalized(x, eps) * (1.0 + w.float())).to(x.dtype),
+}
+
+
+def norm_form_of(norm: nn.Module) -> tuple[str, float] | None:
+    "(form in `NORM_FORMS`, eps) of an HF RMSNorm module with one `weight`, found by running it in bfloat16; else None."
+    params = dict(norm.named_parameters())
+    eps = _scalar(norm, "eps")
+    if set(params) != {"weight"} or params["weight"].ndim != 1 or eps is None:
+        return None
+    gen = torch.Generator().manual_seed(0)
+    probe_norm = copy.deepcopy(norm).to_empty(device="cpu").to(torch.bfloat16)  # a meta block's norm too
+    x_TD = torch.randn(16, params["weight"].shape[0], generator=gen).to(torch.bfloat16)
+    with torch.no_grad():
+        probe_norm.weight.copy_(torch.randn(params["weight"].shape, generator=gen))
+        y_TD = probe_norm(x_TD)
+        found = [f for f, fn in NORM_FORMS.items() if torch.equal(y_TD, fn(x_TD, probe_norm.weight, eps))]
+    return (found[0], eps) if len(found) == 1 else None
+
+
+class OutputNorm(nn.Module):
+    "An RMSNorm of one form of `NORM_FORMS`."
+
+    def __init__(self, weight: torch.Tensor, form: str, eps: float):
+        super().__init__()
+        self.weight, self.form, self.eps = nn.Parameter(weight, requires_grad=weight.requires_grad), form, eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return NORM_FORMS[self.form](x, self.weight, self.eps)
+
+
+class OutputNormMoE(MoE):
+    "Prototype of the core change: torchtitan's `MoE` with `self.output_norm` applied to its output."
+
+    output_norm: OutputNorm  # set on the instance by the expression that builds it
+
+    def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        return self.output_norm(super().forward(x_BLD))
 
 # %% ../nbs/00e_extensions.ipynb #c1a9e0f2
 NON_GATED_CORE_CHANGE = (

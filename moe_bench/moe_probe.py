@@ -25,7 +25,7 @@ __all__ = ['ROUTE_NORM_KINDS', 'SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'SCOR
            'resolve_route_norm', 'resolve_route_norm_eps', 'resolve_score_bias_on', 'resolve_returns',
            'resolve_experts_dtypes', 'resolve_gate', 'probe_experts', 'probe_shared_experts', 'resolve_route_scale',
            'router_weight_key', 'Blocker', 'titan_blockers', 'probe_moe_block', 'layer_level_blockers',
-           'attention_kind']
+           'unclaimed_tensors', 'attention_kind']
 
 # %% ../nbs/00b_moe_probe.ipynb #46e04695
 @dataclass(kw_only=True)
@@ -560,7 +560,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         probe.level = "layer"
         probe.issues += layer_level_blockers(block, probe)
         return probe
-    unclaimed = _unclaimed_tensors(block, probe)
+    unclaimed = unclaimed_tensors(block, probe)
     if unclaimed:
         probe.issues.append(f"block tensors Titan's MoE has no place for: {unclaimed}")
     return probe
@@ -588,7 +588,7 @@ def layer_level_blockers(layer: nn.Module, probe: MoEProbe) -> list[str]:
     return out
 
 
-def _unclaimed_tensors(block: nn.Module, probe: MoEProbe) -> list[str]:
+def unclaimed_tensors(block: nn.Module, probe: MoEProbe) -> list[str]:
     "Persistent tensors of the block that no part of Titan's MoE would hold (a block-level norm, say)."
     claimed = {
         probe.router_weight,

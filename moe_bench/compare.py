@@ -30,8 +30,8 @@ __all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'MUTA
            'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference',
            'hf_reference', 'compare_moe_block', 'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs',
            'experts_in_input_dtype', 'strict_runs', 'mutation_sweep', 'strict_refs', 'extension_check',
-           'with_extension', 'cast_floats', 'layer_reference', 'compare_in_model', 'in_model_strict', 'in_model_check',
-           'layer_with', 'compare_in_layer']
+           'with_extension', 'cast_floats', 'layer_reference', 'layer_with', 'InModelRun', 'hf_in_model',
+           'compare_in_model', 'in_model_strict', 'in_model_check', 'compare_in_layer']
 
 # %% ../nbs/00h_compare.ipynb #4516c348
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -484,14 +484,15 @@ def with_extension(core_status: str, extensions: list[dict]) -> str | None:
 F32_COMBINE = next(e for e in EXTENSIONS if e.name == "f32_combine")
 
 
-def cast_floats(value, dtype: torch.dtype):
-    "`value` (a tensor, or tuples, lists and dicts of them) with its floating tensors in `dtype`."
+def cast_floats(value, dtype: torch.dtype | None, clone: bool = False):
+    "`value` (a tensor, or tuples, lists and dicts of them) with its floating tensors in `dtype` (None: kept), or cloned."
     if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() else value
+        value = value.to(dtype) if dtype is not None and value.is_floating_point() else value
+        return value.clone() if clone else value
     if isinstance(value, (tuple, list)):
-        return type(value)(cast_floats(v, dtype) for v in value)
+        return type(value)(cast_floats(v, dtype, clone) for v in value)
     if isinstance(value, dict):
-        return type(value)({k: cast_floats(v, dtype) for k, v in value.items()})
+        return type(value)({k: cast_floats(v, dtype, clone) for k, v in value.items()})
     return value
 
 
@@ -517,77 +518,106 @@ def layer_reference(
     return seen["ref"]
 
 
+def layer_with(layer: nn.Module, attr: str, expression: Expression, module: nn.Module, probe: MoEProbe) -> nn.Module:
+    "A shallow copy of an HF decoder layer with the expression's Titan `module` swapped in; the HF layer is untouched."
+    copied = copy.copy(layer)
+    copied._modules = dict(layer._modules)  # its own children table: the swap replaces entries of the copy only
+    for name, value in list(vars(copied).items()):  # and no hooks: the HF layer's (streaming) hooks stay its own
+        if name.startswith(("_forward", "_backward", "_state_dict", "_load_state_dict")) and isinstance(value, dict):
+            setattr(copied, name, type(value)())
+    expression.swap(copied, attr, module, probe)
+    return copied
+
+
 REFERENCE_DTYPE = {torch.bfloat16: torch.float32, torch.float32: torch.float64}  # one precision up
 
 
-def compare_in_model(
-    hf_model: nn.Module,
-    expression: Expression,
-    probe: MoEProbe,
-    dtype: torch.dtype,
-    seed: int = 0,
-    titan_transform: Callable[[dict], dict] | None = None,  # rewrites the Titan state dict (negative controls)
-    extension: Extension | None = None,  # installed in every built Titan module
-) -> dict:
-    "Figures and both verdicts of HF's first MoE layer against the expression's Titan module in a copy of the model."
+class InModelRun(NamedTuple):
+    "HF's run of the model in one dtype, seen at its first MoE layer: what every Titan variant is judged against."
+
+    layer: nn.Module  # HF's first MoE decoder layer, in the run's dtype
+    attr: str  # its MoE attribute
+    called: dict  # what the model called it with: `args`, `kwargs`
+    hf_out: torch.Tensor  # what HF's layer gave at the expression's `hf_output`
+    ref: torch.Tensor  # the same one precision up on the same input (`layer_reference`)
+    dtype: torch.dtype
+    num_tokens: int
+
+
+def hf_in_model(hf_model: nn.Module, expression: Expression, probe: MoEProbe, dtype: torch.dtype, seed: int = 0):
+    "HF's model in `dtype` on seeded token ids (its router gate in float32), once: an `InModelRun`."
     hf = cast_copy(hf_model, dtype).eval()
-    titan = copy.deepcopy(hf)
-    layers = moe_layer_indices(hf)
-    for i in layers:
-        hf_layer = decoder_layers(hf)[i]
-        module = expression.build(moe_block(hf_layer), probe)
-        if extension is not None:
-            extension.install(module)
-        if titan_transform is not None:
-            module.load_state_dict(titan_transform(dict(module.state_dict())), strict=True)
-        expression.swap(decoder_layers(titan)[i], moe_attr_name(hf_layer), module, probe)
-    hf_layer, titan_layer, seen = decoder_layers(hf)[layers[0]], decoder_layers(titan)[layers[0]], {}
-    attr = moe_attr_name(hf_layer)
+    layer = decoder_layers(hf)[moe_layer_indices(hf)[0]]
+    attr, seen, called = moe_attr_name(layer), {}, {}
     hooks = [
-        expression.hf_output(hf_layer, attr, probe).register_forward_hook(
+        expression.hf_output(layer, attr, probe).register_forward_hook(
             lambda m, a, o: seen.__setitem__("hf", hidden_of(o))
         ),
-        expression.titan_output(titan_layer, attr, probe).register_forward_hook(
-            lambda m, a, o: seen.__setitem__("titan", hidden_of(o))
+        layer.register_forward_pre_hook(  # copies: a layer may write into its input in place
+            lambda m, a, kw: called.update(args=cast_floats(a, None, True), kwargs=cast_floats(kw, None, True)),
+            with_kwargs=True,
         ),
-        hf_layer.register_forward_pre_hook(lambda m, a, kw: called.update(args=a, kwargs=kw), with_kwargs=True),
     ]
-    called = {}  # the layer's input: the same in both models, everything before it being the same
     ids = torch.randint(0, hf.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(seed))
     try:
-        with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(hf_layer), probe.router_attr)):
+        with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(layer), probe.router_attr)):
             hf(input_ids=ids)
-            titan(input_ids=ids)
     finally:
         for h in hooks:
             h.remove()
-    hf_out, titan_out = seen["hf"].reshape(seen["titan"].shape), seen["titan"]
-    metrics = output_metrics(hf_out, titan_out)
-    ref = layer_reference(hf_layer, attr, expression, probe, called, REFERENCE_DTYPE[dtype]).reshape(titan_out.shape)
-    metrics |= dict(rel_err=rel_l2(titan_out, ref), hf_rel_err=rel_l2(hf_out, ref))
-    ratio = in_hf_units(metrics["rel_err"], metrics["hf_rel_err"], dtype)
+    ref = layer_reference(layer, attr, expression, probe, called, REFERENCE_DTYPE[dtype])
+    return InModelRun(layer, attr, called, seen["hf"], ref, dtype, ids.numel())
+
+
+def compare_in_model(
+    run: InModelRun,
+    expression: Expression,
+    probe: MoEProbe,
+    titan_transform: Callable[[dict], dict] | None = None,  # rewrites the Titan state dict (negative controls)
+    extension: Extension | None = None,  # installed in the built Titan module
+) -> dict:
+    "Figures and both verdicts of the expression's Titan module in a copy of HF's layer, on the layer's input in `run`."
+    module = expression.build(moe_block(run.layer), probe)  # its own contiguous copies, as training holds them
+    if extension is not None:
+        extension.install(module)
+    if titan_transform is not None:
+        module.load_state_dict(titan_transform(dict(module.state_dict())), strict=True)
+    titan_layer, seen = layer_with(run.layer, run.attr, expression, module, probe), {}
+    hook = expression.titan_output(titan_layer, run.attr, probe).register_forward_hook(
+        lambda m, a, o: seen.__setitem__("titan", hidden_of(o))
+    )
+    try:  # everything before the MoE part is HF's own modules on the same input
+        with torch.no_grad():
+            titan_layer.forward(
+                *cast_floats(run.called["args"], None, True), **cast_floats(run.called["kwargs"], None, True)
+            )
+    finally:
+        hook.remove()
+    titan_out = seen["titan"]
+    hf_out, ref = run.hf_out.reshape(titan_out.shape), run.ref.reshape(titan_out.shape)
+    metrics = output_metrics(hf_out, titan_out) | dict(rel_err=rel_l2(titan_out, ref), hf_rel_err=rel_l2(hf_out, ref))
+    ratio = in_hf_units(metrics["rel_err"], metrics["hf_rel_err"], run.dtype)
     return dict(
         status=verdict(metrics["kl"]),
         status_strict=strict(ratio, 1.0),
         ratio=ratio,
-        dtype=str(dtype).removeprefix("torch."),
+        dtype=str(run.dtype).removeprefix("torch."),
         **metrics,
-        num_tokens=ids.numel(),
+        num_tokens=run.num_tokens,
     )
 
 
 def in_model_strict(
-    model: nn.Module,
+    runs: dict[torch.dtype, InModelRun],  # HF's bfloat16 and float32 runs
     expression: Expression,
     probe: MoEProbe,
-    seed: int = 0,
     titan_transform: Callable[[dict], dict] | None = None,
     extension: Extension | None = None,
 ) -> dict:
     "Both dtypes in the model (float32 with Titan's experts in the input dtype), each against HF one precision up."
-    bf16 = compare_in_model(model, expression, probe, torch.bfloat16, seed, titan_transform, extension)
+    bf16 = compare_in_model(runs[torch.bfloat16], expression, probe, titan_transform, extension)
     with experts_in_input_dtype():  # float32 judged as float32, as the core's strict run is
-        f32 = compare_in_model(model, expression, probe, torch.float32, seed, titan_transform, extension)
+        f32 = compare_in_model(runs[torch.float32], expression, probe, titan_transform, extension)
     return dict(
         status=worst_status(bf16["status_strict"], f32["status_strict"]),
         ratio_bfloat16=bf16["ratio"],
@@ -607,11 +637,12 @@ def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
     probe = probe_moe_block(hf_module, config)
     rt = expression.roundtrip(hf_module, probe)
     combine = F32_COMBINE if probe.combine_dtype == "float32" else None
-    right = in_model_strict(model, expression, probe, seed, extension=combine)
+    runs = {dtype: hf_in_model(model, expression, probe, dtype, seed) for dtype in (torch.bfloat16, torch.float32)}
+    right = in_model_strict(runs, expression, probe, extension=combine)
     bf16, f32 = right["bfloat16"], right["float32"]
     sweep = []  # every mutation that applies to the module's tensors; the first is the negative control
     for name, rewrite in mutations(dict(expression.build(hf_module, probe, share=True).state_dict())).items():
-        r = in_model_strict(model, expression, probe, seed, rewrite, combine)
+        r = in_model_strict(runs, expression, probe, rewrite, combine)
         sweep.append(
             dict(
                 name=name,
@@ -650,17 +681,6 @@ def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
     ]
 
 # %% ../nbs/00h_compare.ipynb #6457a9e8
-def layer_with(layer: nn.Module, attr: str, expression: Expression, module: nn.Module, probe: MoEProbe) -> nn.Module:
-    "A shallow copy of an HF decoder layer with the expression's Titan `module` swapped in; the HF layer is untouched."
-    copied = copy.copy(layer)
-    copied._modules = dict(layer._modules)  # its own children table: the swap replaces entries of the copy only
-    for name, value in list(vars(copied).items()):  # and no hooks: the HF layer's (streaming) hooks stay its own
-        if name.startswith(("_forward", "_backward", "_state_dict", "_load_state_dict")) and isinstance(value, dict):
-            setattr(copied, name, type(value)())
-    expression.swap(copied, attr, module, probe)
-    return copied
-
-
 def compare_in_layer(
     layer: nn.Module,  # an HF decoder layer with its weights (float32)
     attr: str,  # its MoE attribute (`moe_attr_name`)

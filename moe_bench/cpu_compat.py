@@ -15,6 +15,7 @@ from torchtitan.models.common.moe import GroupedExperts
 from moe_bench.extensions import (
     ClampedGluGroupedExperts,
     GeluTanhGroupedExperts,
+    IdentityTailGroupedExperts,
     NonGatedGroupedExperts,
     grouped_gated_mlp,
 )
@@ -62,6 +63,7 @@ def apply(cpu: bool = True) -> list[dict]:
     for prototype, name in (
         (GeluTanhGroupedExperts, "gelu_tanh_experts"),
         (ClampedGluGroupedExperts, "clamped_glu_experts"),
+        (IdentityTailGroupedExperts, "identity_experts"),
         (NonGatedGroupedExperts, "non_gated_experts"),
     ):
         _patch(

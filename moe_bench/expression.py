@@ -22,6 +22,7 @@ from moe_bench.adapter import (
     TensorRule,
     _apply,
     block_rules,
+    hf_block_to_titan,
     rename,
     state_dict_diff,
     titan_block_to_hf,
@@ -30,9 +31,11 @@ from moe_bench.extensions import (
     CLAMPED_GLU_CORE_CHANGE,
     ClampedGluFeedForward,
     ClampedGluGroupedExperts,
+    IdentityTailGroupedExperts,
     InputDtypeGptOssExperts,
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
+    IDENTITY_EXPERTS_CORE_CHANGE,
     NON_GATED_CORE_CHANGE,
     OUTPUT_NORM_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
@@ -68,10 +71,11 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU',
-           'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
-           'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_norm_attr', 'output_norm_applies',
-           'with_score_func', 'expression_of', 'Expressed', 'swap_titan_moe']
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'IDENTITY_EXPERTS', 'SCORE_FUNC',
+           'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies',
+           'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_norm_attr',
+           'output_norm_applies', 'identity_experts_applies', 'with_score_func', 'expression_of', 'Expressed',
+           'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -356,6 +360,34 @@ OUTPUT_NORM = block_prototype(
     export=_export_output_norm,
 )
 
+# %% ../nbs/00f_expression.ipynb #8763a12b2bbd4a93a75aff182afb95dc
+def identity_experts_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for the identity experts at the end of its experts."
+    if not (probe.level == "block" and probe.experts_format == "fused" and probe.identity_experts > 0):
+        return False
+    as_core = dataclasses.replace(probe, identity_experts=0, issues=[])
+    return probe.issues == titan_blockers(probe) and not titan_blockers(as_core)
+
+
+def _build_identity_experts(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    with torch.device("meta"):
+        titan = titan_moe_config(probe, check=False).build()
+        experts = titan.routed_experts.inner_experts
+        computing = probe.num_experts - probe.identity_experts
+        experts.w2_EDF = nn.Parameter(experts.w2_EDF[:computing].clone())  # down projections of the computing ones
+    experts.__class__ = IdentityTailGroupedExperts
+    return load_titan_state_(
+        titan, hf_block_to_titan(block.state_dict(), probe), probe.num_experts, gate_float32, share
+    )
+
+
+IDENTITY_EXPERTS = block_prototype(
+    name="identity_experts",
+    core_changes=(IDENTITY_EXPERTS_CORE_CHANGE,),
+    applies=identity_experts_applies,
+    build=_build_identity_experts,
+)
+
 # %% ../nbs/00f_expression.ipynb #acae54e37e7d407bbb7b55eff062a284
 def _as_core_scored(probe: MoEProbe) -> MoEProbe:
     "The probe as if the router scored with a function the core knows (`sigmoid`: the prototype's router replaces it)."
@@ -418,6 +450,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     CLAMPED_GLU,
     NON_GATED,
     OUTPUT_NORM,
+    IDENTITY_EXPERTS,
     SCORE_FUNC,
     SCORE_FUNC_CLAMPED_GLU,
     LAYER_MOE,

@@ -9,6 +9,7 @@ import copy
 import math
 import re
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Callable, NamedTuple
 
 import spmd_types as spmd
@@ -32,12 +33,13 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'CLAMPED_GLU_CORE_CHANGE',
-           'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS', 'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES',
-           'Float32CombineDispatcher', 'Extension', 'applicable_extensions', 'OutputScaledRoutedExperts',
-           'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp',
-           'InputDtypeGptOssExperts', 'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu',
-           'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward',
-           'norm_form_of', 'OutputNorm', 'OutputNormMoE', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
+           'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS', 'IDENTITY_EXPERTS_CORE_CHANGE',
+           'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
+           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
+           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
+           'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating',
+           'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'norm_form_of', 'OutputNorm',
+           'OutputNormMoE', 'IdentityTailGroupedExperts', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
            'make_non_gated_', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter',
            'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe',
            'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
@@ -474,6 +476,31 @@ class OutputNormMoE(MoE):
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
         return self.output_norm(super().forward(x_BLD))
+
+# %% ../nbs/00e_extensions.ipynb #8763a12b2bbd4a93a75aff182afb95dc
+IDENTITY_EXPERTS_CORE_CHANGE = (
+    "identity_experts: GroupedExperts whose last experts return their input (zero-compute experts, LongCat-Flash), "
+    "routed and weighted like the others"
+)
+
+
+class IdentityTailGroupedExperts(GroupedExperts):
+    "Prototype of the core change: `GroupedExperts` whose experts past `w2_EDF`'s count are identities."
+
+    compute_in_input_dtype = False  # upstream computes in bfloat16; `cpu_compat` sets True, as for GroupedExperts
+
+    def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+        computing = self.w2_EDF.shape[0]
+        rows = int(num_tokens_per_expert_E[:computing].sum())  # the dispatcher's rows are grouped by expert, in order
+        dtype = x_RD.dtype if self.compute_in_input_dtype else torch.bfloat16
+        experts = SimpleNamespace(  # the computing experts, as `grouped_gated_mlp` reads an experts module
+            w1_EFD=self.w1_EFD[:computing],
+            w2_EDF=self.w2_EDF,
+            w3_EFD=self.w3_EFD[:computing],
+            _grouped_mm=self._grouped_mm,
+        )
+        out_RD = grouped_gated_mlp(experts, x_RD[:rows], num_tokens_per_expert_E[:computing], F.silu, dtype)
+        return torch.cat([out_RD, x_RD[rows:].to(out_RD.dtype)])
 
 # %% ../nbs/00e_extensions.ipynb #c1a9e0f2
 NON_GATED_CORE_CHANGE = (

@@ -54,6 +54,7 @@ class MoEProbe:
     score_bias_on: str = "scores"  # what HF adds the score bias to for top-k: the "scores" or the raw "logits"
     experts_attr: str = "experts"
     experts_format: str = "fused"  # "fused" 3-D tensors | "module_list"
+    identity_experts: int = 0  # the last this many of `num_experts` return their input (zero-compute experts)
     expert_layout: str = "standard"  # "standard" (E, 2I, H) | "transposed" (E, H, 2I)
     expert_bias: bool = False
     activation: str = "silu"  # "silu", ... | "clamped_swiglu" (gpt_oss: clamped gate and up, sigmoid slope, +1 on up)
@@ -298,10 +299,8 @@ def probe_experts(experts: nn.Module, hidden_size: int) -> dict:
         )
     E = gate_up.shape[0]
     down = getattr(experts, "down_proj", None)
-    if (
-        isinstance(down, torch.Tensor) and down.shape[0] != E
-    ):  # longcat_flash: the extra gate_up rows are identity experts
-        return dict(experts_format="zero_experts", expert_layout="n/a", moe_intermediate_size=0, num_experts=E)
+    # longcat_flash: gate_up has rows for every expert, down only for the computing ones; the rest are identities
+    identity = E - down.shape[0] if isinstance(down, torch.Tensor) and down.ndim == 3 else 0
     # HF's experts decorator records the layout; the axis equal to the hidden size tells it otherwise
     transposed = getattr(experts, "is_transposed", None)
     if transposed is None:
@@ -315,6 +314,7 @@ def probe_experts(experts: nn.Module, hidden_size: int) -> dict:
         expert_layout=layout,
         moe_intermediate_size=two_I // 2,
         num_experts=E,
+        identity_experts=identity,
         expert_bias=getattr(experts, "gate_up_proj_bias", None) is not None,
         **resolve_gate(experts, _activation_name(act)),
         **resolve_experts_dtypes(experts),
@@ -449,7 +449,7 @@ BLOCKERS: tuple[Blocker, ...] = (
         lambda p: f"score function {p.score_func!r}: TokenChoiceTopKRouter supports only softmax/sigmoid",
     ),
     Blocker(
-        lambda p: p.experts_format == "zero_experts",
+        lambda p: p.identity_experts > 0,
         lambda p: "zero-compute (identity) experts beside the routed ones: the token dispatcher needs identity experts",
     ),
     Blocker(
@@ -534,6 +534,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         score_bias_shape=list(_get_tensor(block, bias).shape) if bias else None,
         score_bias_on=resolve_score_bias_on(router, block, bias),
         experts_format=experts["experts_format"],
+        identity_experts=experts.get("identity_experts", 0),
         expert_layout=experts["expert_layout"],
         expert_bias=experts.get("expert_bias", False),
         activation=experts.get("activation", "unknown"),

@@ -51,6 +51,11 @@ FAMILY_OVERRIDES: dict[str, tuple[dict, str]] = {
         dict(head_dim=MLA_FIELDS["qk_nope_head_dim"] + MLA_FIELDS["qk_rope_head_dim"]),
         "Dots3NoteTextConfig requires the sliding-window layers' head_dim to equal qk_nope_head_dim + qk_rope_head_dim",
     ),
+    "longcat_flash": (
+        dict(qk_head_dim=MLA_FIELDS["qk_nope_head_dim"] + MLA_FIELDS["qk_rope_head_dim"]),
+        "LongcatFlashConfig derives qk_head_dim (qk_nope_head_dim + qk_rope_head_dim) once, in __init__, and its "
+        "attention splits the query by the parts: set after the parts, it stays at the production 192",
+    ),
     "ernie4_5_vl_moe_text": (
         dict(head_dim=128),
         "Ernie4_5_VLMoeText's rotary embedding splits each head into M-RoPE "

@@ -25,7 +25,10 @@ from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 from .compare import hf_router_gate_float32, moe_input, output_metrics
 from .core import in_dtype
 from moe_bench.extensions import (
+    ClampedGluGroupedExperts,
     Float32CombineDispatcher,
+    IdentityTailGroupedExperts,
+    NonGatedGroupedExperts,
     InputDtypeGptOssExperts,
     clamped_swiglu_mlp,
     grouped_gated_mlp,
@@ -33,7 +36,7 @@ from moe_bench.extensions import (
 from .moe_probe import MoEProbe
 from .core import hidden_of
 from .expression import CORE, expression_of
-from .replacement import Float32Gate, export_titan_moe
+from .replacement import Float32Gate
 from .traces import Trace, capture_hf, hf_row_pairs, trace_moe
 
 # %% auto #0
@@ -191,6 +194,7 @@ def _aligned_experts_forward(self, x_RD, num_tokens_per_expert_E):
         fused_gate_up=ALIGN["experts_fused_gate_up"],
         transposed_operands=ALIGN["experts_hf_layout"] == "transposed",
         keep_dtype=ALIGN["experts_dtype"] == "float32",
+        glu=getattr(self, "glu", None),  # the clamped_glu_experts prototype's GLU, where it is one
     )
 
 
@@ -213,6 +217,7 @@ def _aligned_experts(**switches):
     "Both experts' aligned forwards installed, with `switches` set."
     with (
         patch_attr(GroupedExperts, "forward", _aligned_experts_forward),
+        patch_attr(ClampedGluGroupedExperts, "forward", _aligned_experts_forward),
         patch_attr(InputDtypeGptOssExperts, "forward", _aligned_gpt_oss_forward),
         _switch(**switches),
     ):
@@ -221,8 +226,11 @@ def _aligned_experts(**switches):
 
 @contextmanager
 def experts_input_dtype(titan=None, probe=None):
-    "Patch 5: grouped experts compute in the input's dtype instead of bfloat16."
-    with _aligned_experts(experts_dtype="input"):
+    "Patch 5: grouped experts compute in the input's dtype instead of bfloat16 (the prototypes' own experts too)."
+    with ExitStack() as stack:
+        stack.enter_context(_aligned_experts(experts_dtype="input"))
+        for prototype in (NonGatedGroupedExperts, IdentityTailGroupedExperts):  # their forwards read this switch
+            stack.enter_context(patch_attr(prototype, "compute_in_input_dtype", True))
         yield
 
 
@@ -352,9 +360,9 @@ PATCHES = (
         "experts in input dtype",
         "no bfloat16 cast inside GroupedExperts",
         experts_input_dtype,
-        lambda p, dt: dt != torch.bfloat16 and p.activation != "clamped_swiglu",
+        lambda p, dt: dt != torch.bfloat16 and not (p.activation == "clamped_swiglu" and p.expert_bias),
         "runs not in bfloat16 through the core's experts (a bfloat16 run is already cast to bfloat16; the gpt-oss"
-        " expression builds its experts in the input dtype)",
+        " expression, biased experts, builds its experts in the input dtype)",
     ),
     Patch(
         "experts in f32",
@@ -454,7 +462,8 @@ def kernel_check(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.
         for t in sd.values()
     }
     hf_with_titan = copy.deepcopy(hf, memo)
-    hf_with_titan.load_state_dict(export_titan_moe(titan, probe), strict=True, assign=True)
+    exported = (expression_of(hf, probe) or CORE).export(titan, hf, probe)  # a prototype's own tensors too
+    hf_with_titan.load_state_dict(exported, strict=True, assign=True)
     with torch.no_grad(), hf_router_gate_float32(getattr(hf, probe.router_attr)):
         ref = hidden_of(hf(x_BLD))
     with torch.no_grad(), hf_router_gate_float32(getattr(hf_with_titan, probe.router_attr)):

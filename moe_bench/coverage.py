@@ -77,6 +77,11 @@ def _check(model: str, small: bool) -> dict:
     out = {
         k: eq[k] for k in ("block", "expression", "issues", "reason", "extensions", "status_with_extension") if k in eq
     }
+    if eq["status"] == "BLOCKED" and eq.get("expression"):  # a prototype holds the block: its gap analysis too
+        gap, _ = gap_analysis_phase(model, small=small)
+        out |= dict(gap=gap["status"], gap_reason=gap.get("reason"))
+        if gap.get("tables"):
+            out |= {f"gap_final_max_diff_{dt}": t[-1]["max_diff"] for dt, t in gap["tables"].items()}
     if eq["status"] in ("NO_MOE", "BLOCKED"):
         return out | dict(status=eq["status"])
     gap, _ = gap_analysis_phase(model, small=small)

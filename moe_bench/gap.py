@@ -31,8 +31,11 @@ def gap_analysis_phase(model: str, seed: int = 0, small: bool = False) -> tuple[
         return phase_record(model, "gap_analysis", "NO_MOE", reason=str(e)), {}
     hf_block, probe = meta_moe_block(syn)
     expression = expression_of(hf_block, probe)
-    if expression is None or not expression.in_torchtitan:  # the patches align torchtitan's own MoEs only
+    if expression is None or expression.scope != "block":  # torchtitan's MoEs, and prototypes replacing the block
         return phase_record(model, "gap_analysis", "BLOCKED", issues=probe.issues), {}
+    if probe.identity_experts:  # HF's stages are read per (token, computing expert) pair
+        why = "the stage traces pair HF's expert rows with Titan's; identity experts have no rows to pair"
+        return phase_record(model, "gap_analysis", "BLOCKED", issues=probe.issues, reason=why), {}
     if too_large := memory_shortfall(hf_block):
         return phase_record(model, "gap_analysis", "UNSUPPORTED", reason=too_large), {}
     materialize_(hf_block, syn, seed)
@@ -58,5 +61,6 @@ def gap_analysis_phase(model: str, seed: int = 0, small: bool = False) -> tuple[
         wall_s=round(time.perf_counter() - start, 2),
         block=probe.asdict(),
         expression=expression.name,
+        expression_kind=expression.kind,  # a prototype's rows explain the prototype's output, beside the core's BLOCKED
     )
     return record, traces

@@ -47,6 +47,11 @@ def test_small_width_coverage(model):
             assert all(e["negative_control_caught"] and e["roundtrip"] == "PASS" for e in rec["extensions"])
             in_model = [e for e in rec["extensions"] if "status_strict" in e]  # judged in the model: its own sweep
             assert all(e["status_strict"] == "PASS" and all(m["caught"] for m in e["mutations"]) for e in in_model)
+            if rec["gap"] != "BLOCKED":  # a block-scope prototype's differences are explained to 0 in both dtypes
+                assert rec["gap"] == "PASS", rec
+                assert rec["gap_final_max_diff_bfloat16"] == 0.0 and rec["gap_final_max_diff_float32"] == 0.0, rec
+            else:  # only where its stages cannot be traced, said so
+                assert rec["gap_reason"] or rec["block"].get("level") == "layer", rec
     if rec["status"] in ("PASS", "WARN"):
         assert (
             rec["roundtrip"]["max_diff"] == 0.0

@@ -38,6 +38,7 @@ from moe_bench.extensions import (
     IDENTITY_EXPERTS_CORE_CHANGE,
     NON_GATED_CORE_CHANGE,
     OUTPUT_NORM_CORE_CHANGE,
+    PADDED_EXPERTS_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
     LogitBiasRouter,
     OutputNorm,
@@ -54,9 +55,12 @@ from moe_bench.extensions import (
     mlp_gating,
     moe_branch_norms,
     norm_form_of,
+    pad_experts_,
+    padded_width,
     plain_silu,
     score_func_of,
     swap_layer_moe,
+    unpad_experts,
 )
 from .hf import decoder_layers, moe_attr_name, moe_block
 from .moe_probe import TITAN_SCORE_FUNCS, MoEProbe, probe_moe_block, titan_blockers, unclaimed_tensors
@@ -71,11 +75,11 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'IDENTITY_EXPERTS', 'SCORE_FUNC',
-           'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies',
-           'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_norm_attr',
-           'output_norm_applies', 'identity_experts_applies', 'with_score_func', 'expression_of', 'Expressed',
-           'swap_titan_moe']
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'IDENTITY_EXPERTS', 'PADDED_EXPERTS',
+           'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype',
+           'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules',
+           'output_norm_attr', 'output_norm_applies', 'identity_experts_applies', 'padded_experts_applies',
+           'with_score_func', 'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -388,6 +392,40 @@ IDENTITY_EXPERTS = block_prototype(
     build=_build_identity_experts,
 )
 
+# %% ../nbs/00f_expression.ipynb #b118ea5561624da68c537baed56e602f
+def _as_padded(probe: MoEProbe) -> MoEProbe:
+    padded = dataclasses.replace(probe, moe_intermediate_size=padded_width(probe.moe_intermediate_size), issues=[])
+    return dataclasses.replace(padded, issues=titan_blockers(padded))
+
+
+def padded_experts_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for an expert width torch._grouped_mm cannot stride (padded, it can)."
+    if not (probe.level == "block" and probe.experts_format == "fused" and probe.moe_intermediate_size % 8):
+        return False
+    return probe.issues == titan_blockers(probe) and not _as_padded(probe).issues
+
+
+def _build_padded_experts(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    padded = _as_padded(probe)
+    with torch.device("meta"):
+        titan = titan_moe_config(padded).build()
+    state = pad_experts_(hf_block_to_titan(block.state_dict(), probe), TITAN_EXPERTS, padded.moe_intermediate_size)
+    return load_titan_state_(titan, state, probe.num_experts, gate_float32, share)
+
+
+def _export_padded_experts(titan: MoE, block: nn.Module, probe: MoEProbe) -> dict:
+    return titan_block_to_hf(unpad_experts(dict(titan.state_dict()), TITAN_EXPERTS, probe.moe_intermediate_size), probe)
+
+
+PADDED_EXPERTS = block_prototype(
+    name="padded_experts",
+    core_changes=(PADDED_EXPERTS_CORE_CHANGE,),
+    applies=padded_experts_applies,
+    build=_build_padded_experts,
+    export=_export_padded_experts,
+    config=lambda probe: titan_moe_config(_as_padded(probe)),
+)
+
 # %% ../nbs/00f_expression.ipynb #acae54e37e7d407bbb7b55eff062a284
 def _as_core_scored(probe: MoEProbe) -> MoEProbe:
     "The probe as if the router scored with a function the core knows (`sigmoid`: the prototype's router replaces it)."
@@ -451,6 +489,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     NON_GATED,
     OUTPUT_NORM,
     IDENTITY_EXPERTS,
+    PADDED_EXPERTS,
     SCORE_FUNC,
     SCORE_FUNC_CLAMPED_GLU,
     LAYER_MOE,

@@ -34,15 +34,16 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'CLAMPED_GLU_CORE_CHANGE',
            'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS', 'IDENTITY_EXPERTS_CORE_CHANGE',
-           'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
-           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
-           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
-           'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating',
-           'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'norm_form_of', 'OutputNorm',
-           'OutputNormMoE', 'IdentityTailGroupedExperts', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
-           'make_non_gated_', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter',
-           'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe',
-           'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
+           'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher',
+           'Extension', 'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp',
+           'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts',
+           'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of',
+           'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'norm_form_of',
+           'OutputNorm', 'OutputNormMoE', 'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_', 'unpad_experts',
+           'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter',
+           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
+           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
+           'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -501,6 +502,35 @@ class IdentityTailGroupedExperts(GroupedExperts):
         )
         out_RD = grouped_gated_mlp(experts, x_RD[:rows], num_tokens_per_expert_E[:computing], F.silu, dtype)
         return torch.cat([out_RD, x_RD[rows:].to(out_RD.dtype)])
+
+# %% ../nbs/00e_extensions.ipynb #b118ea5561624da68c537baed56e602f
+PADDED_EXPERTS_CORE_CHANGE = (
+    "padded_experts: GroupedExperts weights zero-padded along the intermediate dimension to a multiple of 8 "
+    "(torch._grouped_mm's 16-byte strides), dropped again on export"
+)
+
+
+def padded_width(width: int, align: int = 8) -> int:
+    "`width` rounded up to a multiple of `align`."
+    return -(-width // align) * align
+
+
+def pad_experts_(sd: dict, experts: str, width: int) -> dict:
+    "Titan expert tensors (`{experts}.w1_EFD`, `w3_EFD`, `w2_EDF`) zero-padded along F to `width`; others as they are."
+    out = dict(sd)
+    for name, dim in (("w1_EFD", 1), ("w3_EFD", 1), ("w2_EDF", 2)):
+        t = sd[f"{experts}.{name}"]
+        pad = [0, 0] * (t.ndim - 1 - dim) + [0, width - t.shape[dim]]
+        out[f"{experts}.{name}"] = F.pad(t, pad)
+    return out
+
+
+def unpad_experts(sd: dict, experts: str, width: int) -> dict:
+    "The inverse of `pad_experts_`: the expert tensors cut back to the HF width."
+    out = dict(sd)
+    for name, dim in (("w1_EFD", 1), ("w3_EFD", 1), ("w2_EDF", 2)):
+        out[f"{experts}.{name}"] = sd[f"{experts}.{name}"].narrow(dim, 0, width)
+    return out
 
 # %% ../nbs/00e_extensions.ipynb #c1a9e0f2
 NON_GATED_CORE_CHANGE = (

@@ -194,4 +194,10 @@ def synthetic_config(model: str, small: bool = False) -> tuple[PretrainedConfig,
         1, probe_layers // len(decoder_layers(meta))
     )  # longcat_flash counts two sublayers per decoder layer
     overrides = synthetic_overrides(real, (moe_layers[0] + 1) * per_layer, small)
-    return config_with(real, overrides), overrides, real
+    syn = config_with(real, overrides)
+    width = getattr(syn, "moe_intermediate_size", None)
+    if isinstance(width, int) and width % 8 and getattr(syn, "_experts_implementation", None) in (None, "grouped_mm"):
+        # HF's grouped_mm cannot stride rows this wide (16-byte strides) any more than torchtitan's: HF's own eager
+        # experts loop is the kernel a user of this model runs (deepseek_ocr2's 1407-wide experts)
+        syn._experts_implementation = "eager"
+    return syn, overrides, real

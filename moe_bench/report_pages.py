@@ -5,6 +5,7 @@
 # %% ../nbs/05a_report_pages.ipynb #e1c53ab1
 from __future__ import annotations
 
+import ast
 import base64
 import html
 import io
@@ -22,10 +23,10 @@ from nbconvert import HTMLExporter
 from .core import read_json, reports_root
 
 # %% auto #0
-__all__ = ['RECORD_META', 'REPORT_TEMPLATE', 'NON_FINITE', 'FLOOR', 'PLOTS', 'PAGE_STYLE', 'FOOTER_KEYS', 'FOLDED_CHARS',
-           'record_stamp', 'page_stamp', 'report_cells', 'render_html', 'fmt', 'rows_table', 'pairs_table', 'section',
-           'legend_outside', 'plot_gap_stages', 'plot_pretrained_layers', 'plot_native_layers', 'figure_img',
-           'record_page', 'keeps_page', 'write_pages']
+__all__ = ['RECORD_META', 'REPORT_TEMPLATE', 'NON_FINITE', 'DICT_REPR', 'FLOOR', 'PLOTS', 'PAGE_STYLE', 'FOOTER_KEYS',
+           'FOLDED_CHARS', 'record_stamp', 'page_stamp', 'report_cells', 'render_html', 'fmt', 'rows_table',
+           'pairs_table', 'section', 'legend_outside', 'plot_gap_stages', 'plot_pretrained_layers',
+           'plot_native_layers', 'figure_img', 'record_page', 'keeps_page', 'write_pages']
 
 # %% ../nbs/05a_report_pages.ipynb #b3ec388c
 RECORD_META = "moe-bench-record"  # a page's <meta> naming the record it shows, by its `time_utc`
@@ -75,13 +76,30 @@ def render_html(notebook: str | os.PathLike, html_path: str | os.PathLike, recor
         (tdir / "conf.json").write_text('{"base_template": "lab", "mimetypes": {"text/html": true}}')
         exporter = HTMLExporter(template_name="moe_bench_report", extra_template_basedirs=[d])
         exporter.exclude_input = exporter.exclude_input_prompt = exporter.exclude_output_prompt = True
-        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": Path(notebook).stem}})
+        title = f"{record['model']}: {Path(notebook).stem}" if record and "model" in record else Path(notebook).stem
+        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
     html_path = Path(html_path)
     html_path.write_text(body.replace("<head>", "<head>\n" + record_stamp(record), 1))
     return html_path
 
 # %% ../nbs/05a_report_pages.ipynb #81bb1ab9
 NON_FINITE = {"nan": "not a number", "inf": "infinite", "-inf": "minus infinite"}  # how records store them
+
+
+DICT_REPR = re.compile(r"\{'[^{}]*\}")  # a dict printed into a message by the code that wrote the record
+
+
+def _unrepr(text: str) -> str:
+    "A message with any dict repr in it written out as `key: value` text."
+
+    def plain(m):
+        try:
+            value = ast.literal_eval(m.group(0))
+        except (ValueError, SyntaxError):
+            return m.group(0)
+        return f"({fmt(value)})" if isinstance(value, dict) else m.group(0)
+
+    return DICT_REPR.sub(plain, text)
 
 
 def fmt(v) -> str:
@@ -95,7 +113,7 @@ def fmt(v) -> str:
             return NON_FINITE[str(v)]
         return "0" if v == 0 else (f"{v:.4g}" if 1e-3 <= abs(v) < 1e5 else f"{v:.3e}")
     if isinstance(v, str):
-        return NON_FINITE.get(v, v)
+        return NON_FINITE.get(v) or _unrepr(v)
     if isinstance(v, dict):
         return "; ".join(f"{k}: {fmt(x)}" for k, x in v.items()) or "-"
     if isinstance(v, (list, tuple)):

@@ -78,7 +78,14 @@ print(nbformat.read(sys.argv[2], as_version=4).cells[0].outputs[0].text.strip())
 def test_the_kernel_tcp_notice_is_dropped(kernel_args, tmp_path):
     "With the runner's kernel arguments the notice is gone and the notebook still runs; without them it shows (control)."
     proc = subprocess.run(
-        [sys.executable, "-c", RUN_TINY, str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), json.dumps(kernel_args)],
+        [
+            sys.executable,
+            "-c",
+            RUN_TINY,
+            str(tmp_path / "in.ipynb"),
+            str(tmp_path / "out.ipynb"),
+            json.dumps(kernel_args),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -17,6 +17,12 @@ def _malformed_config(tmp_path):
     return ["run", str(tmp_path / "ckpt")]
 
 
+def _unknown_model_type(tmp_path):
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text('{"model_type": "no_such_model_type"}')
+    return ["run", str(tmp_path / "odd")]
+
+
 def _folder_without_config(tmp_path):
     (tmp_path / "empty").mkdir()
     return ["run", str(tmp_path / "empty")]
@@ -25,6 +31,7 @@ def _folder_without_config(tmp_path):
 UNTRAINED = "olmoe"  # a known model type without a built-in trained checkpoint
 BAD = {  # case: (argv, or a function of tmp_path giving it; what the one line must say)
     "malformed config.json": (_malformed_config, "not valid JSON"),
+    "config.json of no known model type": (_unknown_model_type, "no config can be built from it"),
     "folder without config.json": (_folder_without_config, "without config.json"),
     "hub id": (["run", "Qwen/Qwen3-30B-A3B"], "no hub here: download the folder"),
     "URL": (["run", "https://example.invalid/Qwen3-30B-A3B"], "no hub here"),

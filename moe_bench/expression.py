@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -18,12 +19,12 @@ from torchtitan.models.qwen3.sharding import _GROUPED_EXPERTS_PARAM_LAYOUT
 from .adapter import TITAN_EXPERTS, TITAN_SHARED, TensorRule, _apply, block_rules, rename, state_dict_diff
 from moe_bench.extensions import (
     CLAMPED_GLU_CORE_CHANGE,
-    ClampedGluFeedForward,
-    ClampedGluGroupedExperts,
-    InputDtypeGptOssExperts,
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
     NON_GATED_CORE_CHANGE,
+    ClampedGluFeedForward,
+    ClampedGluGroupedExperts,
+    InputDtypeGptOssExperts,
     LogitBiasRouter,
     build_layer_moe,
     clamped_glu_of,

@@ -6,9 +6,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 from torch import nn
@@ -19,12 +18,12 @@ from torchtitan.models.qwen3.sharding import _GROUPED_EXPERTS_PARAM_LAYOUT
 from .adapter import TITAN_EXPERTS, TITAN_SHARED, TensorRule, _apply, block_rules, rename, state_dict_diff
 from moe_bench.extensions import (
     CLAMPED_GLU_CORE_CHANGE,
-    LAYER_MOE_CORE_CHANGES,
-    LOGIT_BIAS_CORE_CHANGE,
-    NON_GATED_CORE_CHANGE,
     ClampedGluFeedForward,
     ClampedGluGroupedExperts,
     InputDtypeGptOssExperts,
+    LAYER_MOE_CORE_CHANGES,
+    LOGIT_BIAS_CORE_CHANGE,
+    NON_GATED_CORE_CHANGE,
     LogitBiasRouter,
     build_layer_moe,
     clamped_glu_of,

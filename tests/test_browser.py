@@ -15,9 +15,8 @@ import uuid
 
 import pytest
 
-from moe_bench.traces import STAGES
-
 from conftest import REPO
+from moe_bench.traces import STAGES
 
 pytestmark = pytest.mark.browser
 

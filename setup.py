@@ -28,7 +28,7 @@ requirements = [
     "execnb==0.1.18",
     "fastcore==1.14.5",
 ]
-dev_requirements = ["pytest==9.2.0", "ruff==0.17.6"]
+dev_requirements = ["pytest==9.2.0", "ruff==0.17.6", "selenium==4.40.0"]  # selenium drives /usr/bin/chromium
 
 setup(
     name=meta["lib_name"],

@@ -11,9 +11,11 @@ import os
 from pathlib import Path
 
 from .core import REPO_ROOT, reports_root
+from .report_pages import write_pages
 
 # %% auto #0
-__all__ = ['PHASE_FILES', 'load_records', 'summary_row', 'not_pass_reason', 'compat_doc', 'index_html', 'write_docs']
+__all__ = ['PHASE_FILES', 'PHASE_COLUMNS', 'INDEX_STYLE', 'INDEX_SCRIPT', 'load_records', 'summary_row', 'not_pass_reason',
+           'compat_doc', 'index_html', 'write_docs']
 
 # %% ../nbs/05_compat_doc.ipynb #2eb15785
 PHASE_FILES = ("probe", "config", "equivalence", "gap_analysis", "pretrained", "native", "parallelism")
@@ -363,40 +365,82 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     return "\n".join(lines) + "\n"
 
 # %% ../nbs/05_compat_doc.ipynb #9c7f885e
+PHASE_COLUMNS = (  # the index's columns: a record's phase, and its heading
+    ("probe", "probe"),
+    ("config", "config"),
+    ("equivalence", "equivalence"),
+    ("gap_analysis", "gap"),
+    ("pretrained", "pretrained (3b)"),
+    ("parallelism", "parallelism"),
+    ("native", "native"),
+)
+INDEX_STYLE = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}"
+    ".PASS{color:#060}.WARN{color:#a60}.FAIL,.ERROR{color:#c00}.BLOCKED,.UNSUPPORTED,.NO_MOE{color:#555}"
+    "td small a{color:#888}"
+)
+INDEX_SCRIPT = """
+function filterRows() {
+  const want = document.getElementById('status').value, text = document.getElementById('model').value.toLowerCase();
+  let shown = 0;
+  for (const row of document.querySelectorAll('#models tr[data-status]')) {
+    const show = (!want || row.dataset.status === want) && row.dataset.model.toLowerCase().includes(text);
+    row.hidden = !show;
+    shown += show;
+  }
+  document.getElementById('shown').textContent = shown;
+}
+"""
+
+
+def _phase_cell(root: Path, model: str, phase: str, rec: dict | None) -> str:
+    "A phase's status linking its page, and its record's JSON; `-` where the phase has no record."
+    if rec is None:
+        return "<td>-</td>"
+    st = html.escape(rec.get("status", "?"))
+    page = f"{model}/{phase}.html"
+    label = (
+        f"<a class='{st}' href='{html.escape(page)}'>{st}</a>"
+        if (root / page).exists()
+        else f"<span class='{st}'>{st}</span>"
+    )
+    return f"<td>{label} <small><a href='{html.escape(model)}/{phase}.json'>json</a></small></td>"
+
+
 def index_html(records: dict[str, dict[str, dict]], root: Path) -> str:
-    "The text of reports/index.html."
-
-    def links(model):
-        out = []
-        for ph in PHASE_FILES:
-            for ext in ("html", "json"):
-                if (root / model / f"{ph}.{ext}").exists():
-                    out.append(f'<a href="{model}/{ph}.{ext}">{ph}.{ext}</a>')
-        return " ".join(out)
-
-    body = "".join(
-        f"<tr class='{html.escape(r['status'])}'><td>{html.escape(m)}</td><td>{html.escape(r['expression'])}</td>"
-        f"<td>{html.escape(r['status'])}</td>"
-        f"<td>{html.escape(r['extension'] or '-')}</td><td>{_fmt(r['kl'])}</td>"
-        f"<td>{_fmt(r['max_diff'])}</td><td>{_fmt(r['max_diff_aligned'])}</td><td>{r['gap']}</td><td>{links(m)}</td></tr>\n"
-        for m, r in ((m, summary_row(m, recs)) for m, recs in records.items())
-    )
-    style = (
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}"
-        ".PASS td:nth-child(3){color:#060}.WARN td:nth-child(3){color:#a60}.FAIL td:nth-child(3),.ERROR td:nth-child(3){color:#c00}"
-    )
+    "The text of reports/index.html: a row per model, a column per phase linking its page, filterable by status."
+    rows = []
+    for m, recs in records.items():
+        r = summary_row(m, recs)
+        cells = "".join(_phase_cell(root, m, ph, recs.get(ph)) for ph, _ in PHASE_COLUMNS)
+        rows.append(
+            f"<tr data-status='{html.escape(r['status'])}' data-model='{html.escape(m)}'><td>{html.escape(m)}</td>"
+            f"<td>{html.escape(r['expression'])}</td><td class='{html.escape(r['status'])}'>{html.escape(r['status'])}</td>"
+            f"<td>{html.escape(r['extension'] or '-')}</td><td>{_fmt(r['kl'])}</td><td>{_fmt(r['max_diff'])}</td>"
+            f"<td>{_fmt(r['max_diff_aligned'])}</td>{cells}</tr>\n"
+        )
+    statuses = sorted({summary_row(m, recs)["status"] for m, recs in records.items()})
+    options = "".join(f"<option>{html.escape(s)}</option>" for s in statuses)
+    heads = "".join(f"<th>{h}</th>" for _, h in PHASE_COLUMNS)
     return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>moe_bench reports</title><style>{style}</style></head><body>"
-        "<h1>moe_bench reports</h1><p>Generated from the records under this folder by nbs/05_compat_doc.ipynb.</p>"
-        "<table><tr><th>model</th><th>expressed by</th><th>status</th><th>with extension</th><th>KL (bf16)</th><th>max_diff (bf16)</th><th>max_diff aligned</th>"
-        f"<th>gap analysis</th><th>reports</th></tr>\n{body}</table></body></html>\n"
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>moe_bench reports</title><style>{INDEX_STYLE}</style>"
+        f"<script>{INDEX_SCRIPT}</script></head><body>"
+        "<h1>moe_bench reports</h1><p>Generated from the records under this folder by nbs/05_compat_doc.ipynb. "
+        "Each phase's status links its report; <small>json</small> is the record itself.</p>"
+        "<p><label>status <select id='status' onchange='filterRows()'><option value=''>all</option>"
+        f"{options}</select></label> <label>model <input id='model' oninput='filterRows()'></label> "
+        f"<span id='shown'>{len(records)}</span> of {len(records)} models</p>"
+        "<table id='models'><tr><th>model</th><th>expressed by</th><th>status</th><th>with extension</th>"
+        f"<th>KL (bf16)</th><th>max_diff (bf16)</th><th>max_diff aligned</th>{heads}</tr>\n{''.join(rows)}</table>"
+        "</body></html>\n"
     )
 
 
 def write_docs(root: str | os.PathLike = "", doc_path: str | os.PathLike | None = None) -> tuple[Path, Path]:
-    "Regenerate MODEL_COMPATIBILITY.md (at the repo root for the repo's own reports) and reports/index.html."
+    "Regenerate every record's HTML page, MODEL_COMPATIBILITY.md (at the repo root for the repo's own reports) and reports/index.html."
     root = reports_root(root)
     root.mkdir(parents=True, exist_ok=True)
+    write_pages(root)
     records = load_records(root)
     default_doc = (
         REPO_ROOT / "MODEL_COMPATIBILITY.md"

@@ -9,6 +9,7 @@ import copy
 import datetime as _dt
 import importlib.metadata as md
 import json
+import logging
 import math
 import os
 import resource
@@ -21,7 +22,7 @@ from torch import nn
 # %% auto #0
 __all__ = ['REPO_ROOT', 'STATUS_ORDER', 'GOOD', 'NOT_APPLICABLE', 'reports_root', 'model_dir', 'write_json_atomic', 'read_json',
            'versions', 'peak_rss_gb', 'utc_now', 'randomize_', 'cast_copy', 'in_dtype', 'hidden_of', 'worst_status',
-           'phase_record', 'save_record', 'UndeclaredParameterError', 'refuse_undeclared_parameters']
+           'phase_record', 'save_record', 'UndeclaredParameterError', 'refuse_undeclared_parameters', 'DropLogMessage']
 
 # %% ../nbs/00_core.ipynb #1aecf687
 REPO_ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
@@ -190,3 +191,14 @@ def refuse_undeclared_parameters(
     extra = sorted(n for n in set(namespace) - set(before) - set(declared) if not n.startswith("_"))
     if extra:
         raise UndeclaredParameterError(f"undeclared parameter(s) {extra}; this notebook takes {list(declared)}")
+
+# %% ../nbs/00_core.ipynb #e69ec782
+class DropLogMessage(logging.Filter):
+    "A log filter that drops the records whose message starts with `prefix`."
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 from typing import Callable
 
-import nbformat
 import papermill
-from nbconvert import HTMLExporter
 from tqdm.auto import tqdm
 
 from .compat_doc import write_docs
@@ -25,6 +23,7 @@ from moe_bench.core import (
     GOOD,
     NOT_APPLICABLE,
     REPO_ROOT,
+    DropLogMessage,
     UndeclaredParameterError,
     model_dir,
     phase_record,
@@ -37,17 +36,18 @@ from .coverage import moe_model_candidates, out_of_scope
 from .equivalence import equivalence_phase
 from .gap import gap_analysis_phase
 from .hf import UnknownModelError, real_config
-from .checkpoint import CheckpointError, open_checkpoint
+from .checkpoint import HUB_ID, CheckpointError, open_checkpoint
 from .native import native_phase
 from .parallelism import parallelism_batch
 from .pretrained import pretrained_phase
 from .probe import probe_model
+from .report_pages import render_html
 from .trained import TRAINED
 
 # %% auto #0
-__all__ = ['NBS_DIR', 'PHASES', 'ORDER', 'REPORT_TEMPLATE', 'IN_PROCESS', 'phase_notebook', 'parse_phases', 'declared_parameters',
-           'validate_parameters', 'report_cells', 'render_html', 'run_notebook', 'stops_the_run', 'runs_3b',
-           'run_model', 'summary_line', 'exit_code', 'save_and_return', 'run_all', 'main']
+__all__ = ['NBS_DIR', 'PHASES', 'ORDER', 'TCP_NOTICE', 'KERNEL_ARGS', 'IN_PROCESS', 'phase_notebook', 'parse_phases',
+           'declared_parameters', 'validate_parameters', 'run_notebook', 'stops_the_run', 'runs_3b', 'run_model',
+           'summary_line', 'exit_code', 'save_and_return', 'run_all', 'check_model', 'main']
 
 # %% ../nbs/06_runner.ipynb #75b2884f
 NBS_DIR = REPO_ROOT / "nbs"
@@ -73,11 +73,10 @@ def parse_phases(spec: str) -> list[str]:
     for part in spec.split(","):
         lo, _, hi = part.strip().partition("-")
         bad = [p for p in (lo, hi or lo) if p not in PHASES]
-        if bad or ORDER.index(hi or lo) < ORDER.index(lo):
-            raise ValueError(
-                f"unknown phase or empty range {part.strip()!r}; phases are "
-                f"{ {k: [n for n, _ in v] for k, v in PHASES.items()} } in that order"
-            )
+        if bad:
+            raise ValueError(f"unknown phase {bad[0]!r}; the phases, in running order: {', '.join(ORDER)}")
+        if ORDER.index(hi or lo) < ORDER.index(lo):
+            raise ValueError(f"empty range {part.strip()!r}: a range runs forward, in the order {', '.join(ORDER)}")
         out += ORDER[ORDER.index(lo) : ORDER.index(hi or lo) + 1]
     return [p for p in ORDER if p in out]
 
@@ -95,45 +94,16 @@ def validate_parameters(notebook: str | Path, params: dict) -> None:
         raise UndeclaredParameterError(f"{Path(notebook).name} does not declare {extra}; it takes {declared}")
 
 # %% ../nbs/06_runner.ipynb #5debee32
-REPORT_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
-{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
-{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-{% block jupyter_widgets %}{% endblock jupyter_widgets %}
-"""
-
-
-def report_cells(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    "The notebook as a report: title, then the phase cells after `parameters`, no hidden cells, no stderr."
-    cells = nb.cells
-    start = next((i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])), 0)
-    keep = [cells[0]] + [
-        c
-        for c in cells[start + 1 :]
-        if "injected-parameters" not in c.metadata.get("tags", []) and not c.source.lstrip().startswith("#| hide")
-    ]
-    for c in keep:
-        if c.cell_type == "code":
-            c.outputs = [o for o in c.outputs if not (o.output_type == "stream" and o.name == "stderr")]
-    out = nbformat.from_dict(dict(nb))
-    out.cells = keep
-    return out
-
-
-def render_html(notebook: str | Path, html: str | Path) -> Path:
-    "Render an executed notebook to a self-contained HTML report that opens offline."
-    nb = report_cells(nbformat.read(str(notebook), as_version=4))
-    with tempfile.TemporaryDirectory() as d:
-        tdir = Path(d) / "moe_bench_report"
-        tdir.mkdir()
-        (tdir / "index.html.j2").write_text(REPORT_TEMPLATE)
-        (tdir / "conf.json").write_text('{"base_template": "lab", "mimetypes": {"text/html": true}}')
-        exporter = HTMLExporter(template_name="moe_bench_report", extra_template_basedirs=[d])
-        exporter.exclude_input = exporter.exclude_input_prompt = exporter.exclude_output_prompt = True
-        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": Path(notebook).stem}})
-    html = Path(html)
-    html.write_text(body)
-    return html
+TCP_NOTICE = "Kernel is running over TCP without encryption."  # ipykernel's kernelapp.py, init_sockets
+KERNEL_ARGS = [
+    "--IPKernelApp.logging_config="
+    + json.dumps(
+        {
+            "filters": {"no_tcp_notice": {"()": f"{DropLogMessage.__module__}.DropLogMessage", "prefix": TCP_NOTICE}},
+            "handlers": {"console": {"filters": ["no_tcp_notice"]}},
+        }
+    )
+]
 
 # %% ../nbs/06_runner.ipynb #026e6673
 def run_notebook(
@@ -158,14 +128,13 @@ def run_notebook(
             cwd=str(NBS_DIR),
             progress_bar=False,
             log_output=log_output,
+            extra_arguments=KERNEL_ARGS,
         )
         error = None
     except papermill.PapermillExecutionError as e:
         error = f"{e.ename}: {e.evalue}\n" + "\n".join(e.traceback)
     except Exception:
         error = traceback.format_exc()
-    if executed.exists():
-        render_html(executed, folder / f"{name}.html")
     record = read_json(record_path) if record_path.exists() else None
     if record is None:
         record = phase_record(model, name, "ERROR", error=error or "the notebook saved no record")
@@ -173,6 +142,8 @@ def run_notebook(
     elif error and record["status"] in GOOD:  # failed after saving a passing record
         record = phase_record(model, name, "ERROR", error=error, saved_status=record["status"])
         save_record(record, out_dir)
+    if executed.exists():
+        render_html(executed, folder / f"{name}.html", record)  # stamped: the page of this record
     record["wall_s"] = round(time.perf_counter() - start, 1)
     return record
 
@@ -341,6 +312,39 @@ def run_all(
     return results
 
 # %% ../nbs/06_runner.ipynb #a4194ed7
+def check_model(model: str) -> None:
+    "Refuse, before any phase starts, a model the runner cannot read: a hub id or URL, a folder whose config.json does not load, an unknown name."
+    folder = Path(model).expanduser()
+    if not folder.exists() and ("://" in model or HUB_ID.match(model)):
+        raise UnknownModelError(
+            f"{model!r} looks like a hub id or URL: no hub here: download the folder (config.json, *.safetensors, "
+            "the tokenizer) and pass its path"
+        )
+    config = folder / "config.json"
+    if folder.is_dir() and not config.is_file():
+        raise UnknownModelError(f"{folder}: a folder without config.json")
+    if config.is_file():
+        try:
+            json.loads(config.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UnknownModelError(f"{config}: not valid JSON ({e})") from e
+    try:
+        real_config(model)
+    except UnknownModelError:
+        raise
+    except Exception as e:  # transformers' own refusal of a config it cannot build
+        why = (str(e).splitlines() or [""])[0]
+        raise UnknownModelError(
+            f"{config if config.is_file() else model}: no config can be built from it ({type(e).__name__}: {why})"
+        ) from e
+
+
+def _refused(message) -> int:
+    "One line on stderr, exit status 2: the command line is wrong, nothing ran."
+    print(f"moe-bench: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `moe-bench` console script."
     parser = argparse.ArgumentParser(prog="moe-bench", description="HF MoE vs torchtitan MoE, phase by phase.")
@@ -368,12 +372,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", default="", help="reports root (default reports/ in the repo, or $MOE_BENCH_REPORTS)")
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
     args = parser.parse_args(argv)
+    if args.all and (args.model or args.checkpoint):
+        return _refused(
+            "--all runs every model type on its built-in inputs: give a model or --all, not both, and no --checkpoint"
+        )
     if args.all:
         try:
             phases = parse_phases(args.phases or "1-3")
         except ValueError as e:
-            print(f"moe-bench: {e}", file=sys.stderr)
-            return 2
+            return _refused(e)
         results = run_all(args.out, progress=not args.no_progress, phases=phases)
         worst = {m: worst_status(*(r["status"] for r in recs)) for m, recs in results.items()}
         for m, st in worst.items():
@@ -381,16 +388,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"index: {reports_root(args.out) / 'index.html'}")
         return 1 if any(st == "ERROR" for st in worst.values()) else 0
     if not args.model:
-        print("moe-bench: name a model, or use --all", file=sys.stderr)
-        return 2
+        return _refused("name a model, or use --all")
     try:
         phases = parse_phases(args.phases or ("3b" if args.checkpoint else "1-4"))
-        real_config(args.model)
+        check_model(args.model)
         if args.checkpoint:
             open_checkpoint(args.checkpoint)  # refused here, before any phase, with its reason
     except (UnknownModelError, CheckpointError, ValueError) as e:
-        print(f"moe-bench: {e}", file=sys.stderr)
-        return 2
+        return _refused(e)
+    if phases == ["3b"] and not runs_3b(args.model, args.checkpoint):
+        return _refused(
+            f"phase 3b has nothing to run on for {args.model}: pass --checkpoint FOLDER "
+            f"(built-in trained checkpoints: {', '.join(sorted(TRAINED))})"
+        )
     records = run_model(args.model, phases, args.out, progress=not args.no_progress, checkpoint=args.checkpoint)
     folder = model_dir(args.model, args.out)
     for rec in records:

@@ -155,7 +155,7 @@ class Trace:
         return pd.DataFrame([s.summary() for s in self.stages]).set_index("stage")
 
     def _repr_html_(self) -> str:
-        return self.table().to_html(float_format=lambda v: f"{v:.3e}")
+        return self.table().to_html(float_format=lambda v: f"{v:.3e}", na_rep="-")  # a stage not observed: no figures
 
     def first_divergence(self) -> dict | None:
         "The earliest observed stage that is not bit-identical, with its figures; None if all are identical."
@@ -373,7 +373,7 @@ def plot_pipeline(trace: Trace, ax=None, title: str = "per-stage difference, Tit
     ax.axhline(FLOOR, color="grey", lw=0.5)
     ax.set_ylabel(f"|Titan - HF| (0 drawn at {FLOOR:g})")
     ax.set_title(title)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the axes: it covers no line
     plt.tight_layout()
     return ax
 

@@ -20,6 +20,7 @@ FLOORS = [
     {"compare", "traces", "sharding", "trained"},
     {"alignment", "parallel_worker"},
     {"probe", "config", "equivalence", "gap", "pretrained", "parallelism", "native"},  # the phases
+    {"report_pages"},  # the HTML pages of every record, for the index and the runner
     {"coverage", "compat_doc"},
     {"runner"},
 ]

@@ -5,8 +5,8 @@
 # %% ../nbs/00c_adapter.ipynb #92e0ab41
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -177,7 +177,7 @@ def _apply(sd: dict, rules: list[TensorRule], forward: bool) -> dict:
         raise UnmappedKeysError(f"unmapped keys {unmapped}; missing keys {missing}")
     out = {}
     for r in rules:
-        for k, v in zip(dst(r), fn(r)([sd[k] for k in src(r)])):
+        for k, v in zip(dst(r), fn(r)([sd[k] for k in src(r)]), strict=True):
             out[k] = v
     return out
 

@@ -8,34 +8,32 @@ from __future__ import annotations
 import copy
 import hashlib
 import types
-from contextlib import ExitStack, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 import torchtitan
 import torchtitan.models.common.moe as titan_moe
+from torch import nn
 from torchtitan.models.common.moe import GroupedExperts
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 
 from .compare import hf_router_gate_float32, moe_input, output_metrics
-from .core import in_dtype
+from .core import hidden_of, in_dtype
+from .expression import CORE, expression_of
 from moe_bench.extensions import (
     ClampedGluGroupedExperts,
     Float32CombineDispatcher,
     IdentityTailGroupedExperts,
-    NonGatedGroupedExperts,
     InputDtypeGptOssExperts,
+    NonGatedGroupedExperts,
     clamped_swiglu_mlp,
     grouped_gated_mlp,
 )
 from .moe_probe import MoEProbe
-from .core import hidden_of
-from .expression import CORE, expression_of
 from .replacement import Float32Gate
 from .traces import Trace, capture_hf, hf_row_pairs, trace_moe
 
@@ -326,7 +324,7 @@ class Patch:
 
     name: str
     description: str
-    context: Callable[..., ContextManager]
+    context: Callable[..., AbstractContextManager]
     applies: Callable[[object, torch.dtype], bool] = lambda probe, dtype: True  # can it change anything here?
     condition: str = ""  # when it can, in words
 
@@ -421,7 +419,7 @@ PATCHES = (
 )
 
 
-def patch_context(patch: Patch, titan, probe: MoEProbe, dtype: torch.dtype) -> ContextManager:
+def patch_context(patch: Patch, titan, probe: MoEProbe, dtype: torch.dtype) -> AbstractContextManager:
     "The patch's context where it can change anything for this block in `dtype`, else a null context."
     return patch.context(titan, probe) if patch.applies(probe, dtype) else nullcontext()
 

@@ -12,10 +12,10 @@ import json
 import re
 import sys
 import textwrap
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 from safetensors import safe_open
@@ -90,7 +90,7 @@ def shard_keys(path: Path) -> set[str]:
         try:
             header = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{path}: unreadable header ({e}): not safetensors")
+            raise CheckpointError(f"{path}: unreadable header ({e}): not safetensors") from e
     tensors = {k: v for k, v in header.items() if k != "__metadata__"}
     end = 8 + n + max((v["data_offsets"][1] for v in tensors.values()), default=0)
     if size < end:
@@ -284,7 +284,7 @@ def release_(module: nn.Module) -> None:
 def streamed(model: nn.Module, ckpt: Checkpoint, on_layer: Callable | None = None):
     "Within the block, the model's forward reads each decoder layer from the checkpoint when it runs and releases it after."
     hooks, seen = [], []
-    for index, (layer, prefix) in enumerate(zip(decoder_layers(model), module_prefixes(model))):
+    for index, (layer, prefix) in enumerate(zip(decoder_layers(model), module_prefixes(model), strict=True)):
 
         def load(mod, args, kwargs, index=index, prefix=prefix):
             load_part_(model, ckpt, prefix)

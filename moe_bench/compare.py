@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .adapter import TITAN_EXPERT_BIAS, TITAN_EXPERTS, TITAN_ROUTER, TITAN_SHARED
 from . import cpu_compat
+from .adapter import TITAN_EXPERT_BIAS, TITAN_EXPERTS, TITAN_ROUTER, TITAN_SHARED
 from .core import cast_copy, hidden_of, in_dtype, randomize_, worst_status
 from .expression import CORE, Expression, expression_of
 from .extensions import EXTENSIONS, Extension, applicable_extensions, combined

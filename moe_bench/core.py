@@ -106,7 +106,7 @@ def peak_rss_gb() -> float:
 
 def utc_now() -> str:
     "The current UTC time in ISO 8601, to the second."
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
 
 # %% ../nbs/00_core.ipynb #2fe4e4c3
 def randomize_(

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -29,17 +30,17 @@ from moe_bench.adapter import (
 )
 from moe_bench.extensions import (
     CLAMPED_GLU_CORE_CHANGE,
-    ClampedGluFeedForward,
-    ClampedGluGroupedExperts,
-    IdentityTailGroupedExperts,
-    InputDtypeGptOssExperts,
+    IDENTITY_EXPERTS_CORE_CHANGE,
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
-    IDENTITY_EXPERTS_CORE_CHANGE,
     NON_GATED_CORE_CHANGE,
     OUTPUT_NORM_CORE_CHANGE,
     PADDED_EXPERTS_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
+    ClampedGluFeedForward,
+    ClampedGluGroupedExperts,
+    IdentityTailGroupedExperts,
+    InputDtypeGptOssExperts,
     LogitBiasRouter,
     OutputNorm,
     OutputNormMoE,

@@ -10,8 +10,8 @@ import dataclasses
 import inspect
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn

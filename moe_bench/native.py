@@ -12,11 +12,12 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,16 +26,16 @@ from torchtitan.models.common import ComplexRoPE, CosSinRoPE, Embedding, Linear,
 from torchtitan.models.common.attention import FlexAttention, FusedQKVLinear, get_sliding_window_mask_mod
 from torchtitan.models.common.config_utils import (
     get_attention_config,
-    make_token_dispatcher_config,
     make_ffn_config,
     make_gqa_config,
     make_moe_config,
     make_routed_experts_config,
     make_router_config,
+    make_token_dispatcher_config,
 )
-from torchtitan.models.deepseek_v3 import DeepSeekV3Model, build_mla_moe_layers
 from torchtitan.models.common.linear import ScaledBiasRowwiseLinear
 from torchtitan.models.common.moe import RoutedExperts, TokenChoiceTopKRouter
+from torchtitan.models.deepseek_v3 import DeepSeekV3Model, build_mla_moe_layers
 from torchtitan.models.deepseek_v3.state_dict_adapter import DeepSeekV3StateDictAdapter
 from torchtitan.models.gpt_oss import GptOssModel
 from torchtitan.models.gpt_oss.model import Attention as GptOssAttention
@@ -61,8 +62,8 @@ from moe_bench.checkpoint import (
 )
 from moe_bench.compare import (
     HF_RELATIVE,
-    cast_floats,
     capture_topk_ids,
+    cast_floats,
     experts_in_input_dtype,
     hf_router_gate_float32,
     in_hf_units,
@@ -71,8 +72,8 @@ from moe_bench.compare import (
     routing_agreement,
 )
 from .core import cast_copy, hidden_of, peak_rss_gb, phase_record, worst_status
-from .hf import moe_attr_name, moe_block, router_name
 from .extensions import InputDtypeGptOssExperts
+from .hf import moe_attr_name, moe_block, router_name
 from .replacement import SWIGLU_ALPHA, Float32Gate
 from .trained import builtin_checkpoint
 

@@ -169,7 +169,7 @@ def compare_steps(
     """Parity of a parallel run with one process, per step: where it starts (the weights), then the loss and every gradient
     from those same weights, the tracked ones named. `free` is the reference trained on its own, reported only."""
     ok, steps = True, []
-    for s, (p, r) in enumerate(zip(par, ref)):
+    for s, (p, r) in enumerate(zip(par, ref, strict=True)):
         rows = {}
         for name, g_ref in r["grads"].items():
             g = p["grads"].get(name)
@@ -234,8 +234,12 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
             dp_shard=pd.dp_shard,
             tp=pd.tp,
             ep=pd.ep,
-            dense=dict(zip(pd._global_meshes["dense"].mesh_dim_names, pd._global_meshes["dense"].mesh.shape)),
-            sparse=dict(zip(pd._global_meshes["sparse"].mesh_dim_names, pd._global_meshes["sparse"].mesh.shape)),
+            dense=dict(
+                zip(pd._global_meshes["dense"].mesh_dim_names, pd._global_meshes["dense"].mesh.shape, strict=True)
+            ),
+            sparse=dict(
+                zip(pd._global_meshes["sparse"].mesh_dim_names, pd._global_meshes["sparse"].mesh.shape, strict=True)
+            ),
         )
         model = copy.deepcopy(base)
         resolved = check_plan(model, plan, tp=pd.tp_enabled, **check_kw)

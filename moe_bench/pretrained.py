@@ -6,15 +6,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Callable
 
 import torch
 
 from .alignment import all_patches, gap_table, torchtitan_digest
 from moe_bench.checkpoint import (
-    CheckpointError,
     Checkpoint,
+    CheckpointError,
     checkpoint_record,
     holds,
     input_ids,

@@ -13,8 +13,8 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import matplotlib.pyplot as plt
 import nbformat
@@ -202,7 +202,7 @@ def plot_gap_stages(record: dict) -> plt.Figure | None:
     if not figures:
         return None
     fig, axes = plt.subplots(1, len(figures), figsize=(7 * len(figures), 4.2), squeeze=False)
-    for ax, (dtype, rows) in zip(axes[0], figures.items()):
+    for ax, (dtype, rows) in zip(axes[0], figures.items(), strict=True):
         for row, stages in rows.items():
             seen = [s for s in stages if isinstance(s.get("max_diff"), (int, float))]
             ax.plot(range(len(seen)), [max(s["max_diff"], FLOOR) for s in seen], "o-", label=row, alpha=0.8)
@@ -313,7 +313,7 @@ def record_page(record: dict, siblings: list[str] = ()) -> str:
     fig = PLOTS[phase](record) if phase in PLOTS else None
     nav = " | ".join(
         [
-            f'<a href="../index.html">all models</a>',
+            '<a href="../index.html">all models</a>',
             f'<a href="{html.escape(phase)}.json">{html.escape(phase)}.json</a>',
         ]
         + [f'<a href="{html.escape(p)}.html">{html.escape(p)}</a>' for p in siblings if p != phase]

@@ -11,12 +11,13 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import papermill
 from tqdm.auto import tqdm
 
+from .checkpoint import HUB_ID, CheckpointError, open_checkpoint
 from .compat_doc import write_docs
 from .config import config_phase
 from moe_bench.core import (
@@ -36,7 +37,6 @@ from .coverage import moe_model_candidates, out_of_scope
 from .equivalence import equivalence_phase
 from .gap import gap_analysis_phase
 from .hf import UnknownModelError, real_config
-from .checkpoint import HUB_ID, CheckpointError, open_checkpoint
 from .native import native_phase
 from .parallelism import parallelism_batch
 from .pretrained import pretrained_phase

@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -430,7 +431,7 @@ def apply_model_parallel(
         ):  # each style made its own Parameter; both shard the vocab dim (Shard(0)), so one tensor serves both again
             model.lm_head.weight = embeddings(model).weight
     moe_names = {n: m for n, m in modules.items() if isinstance(m, MoE)}
-    for (mname, moe), (probe, expression) in zip(moe_names.items(), swapped.values()):
+    for (mname, moe), (probe, expression) in zip(moe_names.items(), swapped.values(), strict=True):
         cfg = expression.config(probe)
         set_moe_sharding_config(cfg, enable_ep=ep, enable_sp=tp, expert_param_layout=expression.expert_param_layout)
         expression.sharding(cfg)  # a prototype's own tensors get their TP layout too

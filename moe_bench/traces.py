@@ -9,11 +9,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import matplotlib.pyplot as plt
-from matplotlib.colors import LogNorm
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from matplotlib.colors import LogNorm
 from torch import nn
 
 from .core import hidden_of

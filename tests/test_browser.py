@@ -15,8 +15,9 @@ import uuid
 
 import pytest
 
-from conftest import REPO
 from moe_bench.traces import STAGES
+
+from conftest import REPO
 
 pytestmark = pytest.mark.browser
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from moe_bench.adapter import TITAN_EXPERT_BIAS
+from moe_bench.compare import compare_moe_block, meta_moe_block, synthetic_moe_block
 from moe_bench.compat_doc import compat_doc, index_html, load_records
 from moe_bench.coverage import coverage_check, moe_model_candidates
-from moe_bench.compare import compare_moe_block, meta_moe_block, synthetic_moe_block
 from moe_bench.synth import synthetic_config
 
 from conftest import REPO

@@ -5,7 +5,6 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-
 import torchtitan.models.common.moe as titan_moe
 from torchtitan.models.common.moe import GroupedExperts
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher

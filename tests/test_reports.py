@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from moe_bench.core import read_json
 from moe_bench.report_pages import page_stamp, record_page
+
+from conftest import REPO
 
 ROOT = REPO / "reports"
 RECORDS = sorted(ROOT.glob("*/*.json"))

@@ -61,7 +61,7 @@ def _prototype_strict(eq: dict) -> str:
 def summary_row(model: str, recs: dict) -> dict:
     "One model's headline figures from its records."
     eq, gap, probe = recs.get("equivalence", {}), recs.get("gap_analysis", {}), recs.get("probe", {})
-    bf16 = eq.get("metrics", {}).get("bfloat16", {})
+    bf16 = eq.get("metrics", {}).get("bfloat16") or _prototype(eq) or {}  # a prototype's figures are in the model
     tables = gap.get("tables", {}).get("bfloat16") or []
     status = eq.get("status") or probe.get("status") or "not run"
     return dict(
@@ -74,7 +74,9 @@ def summary_row(model: str, recs: dict) -> dict:
         kl=bf16.get("kl"),
         max_diff=bf16.get("max_diff"),
         cos_sim=bf16.get("cos_sim"),
-        roundtrip=(eq.get("roundtrip") or probe.get("roundtrip") or {}).get("status", "n/a"),
+        roundtrip=(eq.get("roundtrip") or {}).get("status")  # the core's, else the prototype's, else the probe's
+        or (_prototype(eq) or {}).get("roundtrip")
+        or (probe.get("roundtrip") or {}).get("status", "n/a"),
         max_diff_aligned=tables[-1]["max_diff"] if tables else None,
         gap=gap.get("status", "not run"),
         parallelism=recs.get("parallelism", {}).get("status", "not run"),

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import fnmatch
+import inspect
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -35,12 +36,12 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from .cpu_compat import sum_reductions_for_gloo
 from .expression import Expressed
-from .hf import decoder, decoder_layers, embeddings, final_norm
+from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'DENSE_MLP', 'HF_KIND_AGREES', 'STYLES',
-           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'model_plan', 'check_plan',
-           'parallel_style', 'register_local_map_attention', 'apply_model_parallel', 'apply_fsdp']
+           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
+           'check_plan', 'parallel_style', 'register_local_map_attention', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = ("embedding", "colwise", "rowwise_sp", "norm_sp", "replicate", "lm_head", "titan_moe", "unshardable")
@@ -183,14 +184,35 @@ def _moe_entries(name: str, moe: MoE) -> list:
     return out
 
 
+def decoder_extras(model: nn.Module) -> list[nn.Module]:
+    """The decoder's own modules that hold parameters, beside its embeddings and layers: the final norm, whatever its
+    name (lfm2_moe's `embedding_norm`), or a module the plan's rules do not know (qwen4_exp's hyper-connection mixer)."""
+    skip = {id(embeddings(model)), id(decoder_layers(model)), id(getattr(model, "lm_head", None))}
+    return [m for m in decoder(model).children() if id(m) not in skip and any(True for _ in m.parameters())]
+
+
+def _rotary(model: nn.Module) -> nn.Module | None:
+    "The decoder's rotary embedding (buffers only, an `inv_freq`), whatever its name (`rotary_emb`, lfm2's `pos_emb`)."
+    return next((m for m in decoder(model).children() if hasattr(m, "inv_freq") and not list(m.parameters())), None)
+
+
 def model_plan(model: nn.Module) -> Plan:
     "The declarative sharding plan of an HF decoder whose MoE blocks are torchtitan `MoE`s."
     names = {id(m): n for n, m in model.named_modules()}
     hidden = embeddings(model).weight.shape[1]
-    entries = [
-        Entry(names[id(embeddings(model))], S("embedding")),
-        Entry(names[id(final_norm(model))], S("norm_sp", dim=1)),
-    ]
+    entries = [Entry(names[id(embeddings(model))], S("embedding"))]
+    for extra in decoder_extras(model):
+        entries.append(
+            Entry(names[id(extra)], S("norm_sp", dim=1))
+            if _is_norm(extra, hidden)
+            else Entry(
+                names[id(extra)],
+                S(
+                    "unshardable",
+                    reason=f"decoder-level {type(extra).__name__} is neither a norm nor a module the plan's rules know",
+                ),
+            )
+        )
     if isinstance(getattr(model, "lm_head", None), nn.Linear):
         entries.append(Entry("lm_head", S("lm_head")))
     modes = set()
@@ -217,12 +239,14 @@ def model_plan(model: nn.Module) -> Plan:
                 if mode:
                     modes.add(mode)
     attention = "local_map" if "local_map" in modes else "local"
-    rotary = getattr(decoder(model), "rotary_emb", None)
+    rotary = _rotary(model)
     if (
         rotary is not None and attention == "local_map"
     ):  # its outputs become Replicate DTensors: (cos, sin), or deepseek_v2's one freqs_cis
-        with torch.no_grad():
-            out = rotary(torch.zeros(1, 1, hidden), torch.zeros(1, 1, dtype=torch.long))
+        layer_types = getattr(decoder(model).config, "layer_types", None) or [None]
+        kw = {"layer_type": layer_types[0]} if "layer_type" in inspect.signature(rotary.forward).parameters else {}
+        with torch.no_grad():  # dots3_note's rotary embedding is called once per layer type
+            out = rotary(torch.zeros(1, 1, hidden), torch.zeros(1, 1, dtype=torch.long), **kw)
         outputs = len(out) if isinstance(out, tuple) else 1
         entries.append(Entry(names[id(rotary)], S("replicate", mode="dtensor_outputs", outputs=outputs)))
     elif rotary is not None:
@@ -462,11 +486,13 @@ def apply_fsdp(model: nn.Module, parallel_dims) -> str:
         if parallel_dims.ep_enabled
         else None
     )
+    extras = decoder_extras(model)  # the final norm, and any other decoder-level module with parameters
     if model.lm_head.weight is embeddings(model).weight:  # tied: one tensor, so one FSDP group (the root's) holds it
-        fully_shard(final_norm(model), mesh=dp_mesh, reshard_after_forward=False)
+        if extras:
+            fully_shard(extras, mesh=dp_mesh, reshard_after_forward=False)
     else:
         fully_shard(embeddings(model), mesh=dp_mesh, reshard_after_forward=True)
-        fully_shard([final_norm(model), model.lm_head], mesh=dp_mesh, reshard_after_forward=False)
+        fully_shard([*extras, model.lm_head], mesh=dp_mesh, reshard_after_forward=False)
     for layer in decoder_layers(model):
         moe = next((m for m in layer.modules() if isinstance(m, MoE)), None)
         if moe is None:

@@ -16,7 +16,7 @@ import time
 from .compare import meta_moe_block
 from .core import GOOD, phase_record, worst_status
 from .expression import expression_of
-from .parallel_worker import WORLD
+from .parallel_worker import CONFIG_NAMES, WORLD
 from .synth import synthetic_config
 
 # %% auto #0
@@ -35,6 +35,7 @@ def launch_worker(
     nproc: int | None = None,  # processes; default $MOE_BENCH_NPROC (scripts/gpu_parallelism.sh sets it), else WORLD
     negative_controls: bool = True,
     timeout_s: int | None = None,
+    configs: tuple[str, ...] = CONFIG_NAMES,
 ) -> tuple[int, str, float]:
     "Run the worker for `models` under one torchrun; (exit code, output tail, wall seconds)."
     nproc = nproc or int(os.environ.get("MOE_BENCH_NPROC") or WORLD)
@@ -51,7 +52,7 @@ def launch_worker(
         "--out-dir",
         out_dir,
     ]
-    cmd += [] if negative_controls else ["--no-negative-controls"]
+    cmd += ([] if negative_controls else ["--no-negative-controls"]) + ["--configs", ",".join(configs)]
     timeout_s = timeout_s or 600 + 240 * len(models)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     start = time.perf_counter()

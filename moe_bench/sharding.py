@@ -39,12 +39,23 @@ from .expression import Expressed
 from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
-__all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'DENSE_MLP', 'HF_KIND_AGREES', 'STYLES',
+__all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'DENSE_MLP', 'GATES', 'QK_NORMS', 'HF_KIND_AGREES', 'STYLES',
            'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
            'check_plan', 'parallel_style', 'register_local_map_attention', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
-STATE_KINDS = ("embedding", "colwise", "rowwise_sp", "norm_sp", "replicate", "lm_head", "titan_moe", "unshardable")
+STATE_KINDS = (
+    "embedding",
+    "colwise",
+    "rowwise_sp",
+    "norm_sp",
+    "gathered_norm",
+    "head_sharded",
+    "replicate",
+    "lm_head",
+    "titan_moe",
+    "unshardable",
+)
 BOUNDARY_KINDS = ("gather_input",)
 
 
@@ -119,6 +130,8 @@ GQA = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLA_A = ("q_a_proj", "q_a_layernorm", "kv_a_proj_with_mqa", "kv_a_layernorm")
 MLA_B = ("q_b_proj", "q_proj", "kv_b_proj")
 DENSE_MLP = ("gate_proj", "up_proj", "down_proj")
+GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
+QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm")  # hunyuan: query_/key_layernorm
 
 
 def _is_norm(module: nn.Module, hidden: int) -> bool:
@@ -131,32 +144,63 @@ def _is_norm(module: nn.Module, hidden: int) -> bool:
     )
 
 
+def _num_heads(attn: nn.Module) -> int:
+    "The attention module's query heads: its own count, else its config's (a per-layer config's may refuse), else q_proj's."
+    own = next((v for k in ("num_heads", "num_attention_heads") if isinstance(v := getattr(attn, k, None), int)), None)
+    if own is not None:
+        return own
+    try:
+        return attn.config.num_attention_heads
+    except Exception:  # gemma4's per-layer configs refuse the global count
+        return attn.q_proj.out_features // attn.head_dim
+
+
 def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
     "Entries of one attention module and the attention mode it needs (None: not a layout the rules know)."
     kids = {n for n, _ in attn.named_children()}
     if "kv_a_proj_with_mqa" in kids:
-        out = [Entry(name, S("gather_input", kwarg="hidden_states")), Entry(f"{name}.o_proj", S("rowwise_sp"))]
+        # an attention that reads position_ids itself (mistral4's llama-4 query scale) gets them as a Replicate DTensor
+        lifted = dict(replicated="position_ids") if "position_ids" in inspect.signature(attn.forward).parameters else {}
+        out = [
+            Entry(name, S("gather_input", kwarg="hidden_states", **lifted)),
+            Entry(f"{name}.o_proj", S("rowwise_sp")),
+        ]
         out += [Entry(f"{name}.{n}", S("replicate", mode="dtensor")) for n in MLA_A if n in kids]
         out += [Entry(f"{name}.{n}", S("colwise", local=False)) for n in MLA_B if n in kids]
         return out, "local_map"
     if set(GQA) <= kids:
-        out = [Entry(name, S("gather_input", kwarg="hidden_states")), Entry(f"{name}.o_proj", S("rowwise_sp"))]
+        heads = _num_heads(attn)
+        own = [n for n, _ in attn.named_parameters(recurse=False)]
+        outside = [n for n in own if getattr(attn, n).shape[0] != heads]
+        out = [
+            Entry(
+                name,
+                S("gather_input", kwarg="hidden_states")
+                if not own
+                else S("head_sharded", kwarg="hidden_states")  # per-head state: sinks, gate biases
+                if not outside
+                else S("unshardable", reason=f"attention state {outside} is not one value per head"),
+            ),
+            Entry(f"{name}.o_proj", S("rowwise_sp")),
+        ]
         out += [Entry(f"{name}.{n}", S("colwise", local=True)) for n in GQA[:3]]
-        for n in ("q_norm", "k_norm"):
+        out += [  # output gates: one value per head or per head dim, head-major, applied to the local heads
+            Entry(f"{name}.{n}", S("colwise", local=True))
+            for n in GATES
+            if n in kids and getattr(attn, n).out_features in (heads, heads * attn.head_dim)
+        ]
+        for n in QK_NORMS:
             if n not in kids:
                 continue
             width = getattr(attn, n).weight.numel()
+            proj = attn.q_proj if n.startswith("q") else attn.k_proj
             out.append(
                 Entry(f"{name}.{n}", S("norm_sp", dim=2, local=True))
                 if width == attn.head_dim
+                else Entry(f"{name}.{n}", S("gathered_norm"))  # the whole projection: gathered, normed, re-split
+                if width == proj.out_features
                 else Entry(
-                    f"{name}.{n}",
-                    S(
-                        "unshardable",
-                        reason=f"{n} normalises the whole {width}-wide projection, not "
-                        f"each {attn.head_dim}-wide head: a head shard cannot compute it without "
-                        "another reduction",
-                    ),
+                    f"{name}.{n}", S("unshardable", reason=f"{n} is {width} wide: neither a head nor a projection")
                 )
             )
         return out, "local"
@@ -193,7 +237,14 @@ def decoder_extras(model: nn.Module) -> list[nn.Module]:
 
 def _rotary(model: nn.Module) -> nn.Module | None:
     "The decoder's rotary embedding (buffers only, an `inv_freq`), whatever its name (`rotary_emb`, lfm2's `pos_emb`)."
-    return next((m for m in decoder(model).children() if hasattr(m, "inv_freq") and not list(m.parameters())), None)
+    return next(
+        (
+            m
+            for m in decoder(model).children()
+            if not list(m.parameters()) and any(n.endswith("inv_freq") for n, _ in m.named_buffers(recurse=False))
+        ),
+        None,
+    )
 
 
 def model_plan(model: nn.Module) -> Plan:
@@ -202,17 +253,11 @@ def model_plan(model: nn.Module) -> Plan:
     hidden = embeddings(model).weight.shape[1]
     entries = [Entry(names[id(embeddings(model))], S("embedding"))]
     for extra in decoder_extras(model):
-        entries.append(
-            Entry(names[id(extra)], S("norm_sp", dim=1))
-            if _is_norm(extra, hidden)
-            else Entry(
-                names[id(extra)],
-                S(
-                    "unshardable",
-                    reason=f"decoder-level {type(extra).__name__} is neither a norm nor a module the plan's rules know",
-                ),
-            )
-        )
+        if _is_norm(extra, hidden):
+            entries.append(Entry(names[id(extra)], S("norm_sp", dim=1)))
+            continue
+        why = f"decoder-level {type(extra).__name__} is neither a norm nor a module the plan's rules know"
+        entries += [Entry(names[id(m)], S("unshardable", reason=why)) for m in extra.modules() if _has_own_state(m)]
     if isinstance(getattr(model, "lm_head", None), nn.Linear):
         entries.append(Entry("lm_head", S("lm_head")))
     modes = set()
@@ -353,11 +398,44 @@ class _ReplicateOwnState:
             )
 
 
+class _HeadShardedState:
+    """A module's own parameters sharded on dim 0 (one value per head) as DTensors; inside its forward the module reads
+    each one's local shard, its gradient going back as that shard: torchtitan's gpt-oss sinks
+    (`sinks.to_local(grad_placements=sinks.placements)`), for an HF module that reads the attribute itself."""
+
+    def __init__(self, gather: ParallelStyle | None):
+        self.gather = gather
+
+    def apply(self, module: nn.Module, mesh) -> None:
+        names = [n for n, _ in module.named_parameters(recurse=False)]
+        for n in names:
+            p = module._parameters[n]
+            module.register_parameter(
+                n, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(0)]), requires_grad=p.requires_grad)
+            )
+
+        def local_views(mod, args, kwargs):
+            mod._head_sharded = {n: mod._parameters[n] for n in names}  # FSDP may have set new ones since apply
+            for n, p in mod._head_sharded.items():
+                mod._parameters[n] = p.to_local(grad_placements=p.placements)
+
+        def restore(mod, args, kwargs, output):
+            mod._parameters.update(mod._head_sharded)
+
+        module.register_forward_pre_hook(local_views, with_kwargs=True)
+        module.register_forward_hook(restore, with_kwargs=True)
+        if self.gather is not None:
+            parallelize_module(module, mesh, self.gather)
+
+
 def _gather_input(spec: Spec) -> ParallelStyle:
-    kw, local = spec.opt("kwarg"), bool(spec.opt("local", False))
+    kw, local, rep = spec.opt("kwarg"), bool(spec.opt("local", False)), spec.opt("replicated")
     if kw:
+        same = {rep: Replicate()} if rep else {}  # a replicated input (position_ids) lifted to a DTensor as it is
         return PrepareModuleInput(
-            input_kwarg_layouts={kw: Shard(1)}, desired_input_kwarg_layouts={kw: Replicate()}, use_local_output=local
+            input_kwarg_layouts={kw: Shard(1)} | same,
+            desired_input_kwarg_layouts={kw: Replicate()} | same,
+            use_local_output=local,
         )
     return PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=local)
 
@@ -379,6 +457,8 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
         sequence_dim=spec.opt("dim", 1), use_local_output=bool(spec.opt("local", False))
     ),
     "lm_head": lambda spec: ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True),
+    "gathered_norm": lambda spec: NoParallel(input_layout=Shard(2), output_layout=Shard(2), use_local_output=True),
+    "head_sharded": lambda spec: _HeadShardedState(_gather_input(spec) if spec.opt("kwarg") else None),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),
     "replicate:dtensor_outputs": _replicated_outputs,
@@ -442,7 +522,7 @@ def apply_model_parallel(
             style = parallel_style(spec)
             if style is None:
                 continue
-            if isinstance(style, _ReplicateOwnState):
+            if not isinstance(style, ParallelStyle):  # a moe_bench layout of a module's own state
                 style.apply(modules[mname], tp_mesh)
             else:
                 parallelize_module(modules[mname], tp_mesh, style)

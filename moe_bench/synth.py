@@ -148,6 +148,14 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
         out |= {"hidden_size": SMALL_HIDDEN} | (
             {"head_dim": SMALL_HEAD_DIM} if d.get("head_dim") and d.get("kv_lora_rank") is None else {}
         )
+        # linear-attention heads as small as attention's (glm5_next kept 64 heads 128 wide beside a 64-wide hidden
+        # state: 4.7 GB for one forward of 4 x 16 tokens through the torch fallback, 0.6 GB at these sizes)
+        out |= {k: SMALL_HEAD_DIM for k in d if k.startswith("linear_") and k.endswith("head_dim")}
+        out |= {
+            k: _fits(SYNTHETIC_HEADS, 2) if "key" in k else SYNTHETIC_HEADS
+            for k in d
+            if k.startswith("linear_num_") and k.endswith("heads")
+        }
         out["initializer_range"] = (
             0.1  # random weights scaled so a 64-wide block's outputs are O(0.1), as at production width
         )

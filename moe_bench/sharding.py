@@ -39,9 +39,10 @@ from .expression import Expressed
 from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
-__all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'DENSE_MLP', 'GATES', 'QK_NORMS', 'HF_KIND_AGREES', 'STYLES',
-           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
-           'check_plan', 'parallel_style', 'register_local_map_attention', 'apply_model_parallel', 'apply_fsdp']
+__all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'DENSE_MLPS', 'GATES', 'QK_NORMS',
+           'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
+           'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'register_local_map_attention',
+           'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -129,9 +130,10 @@ class PlanError(ValueError):
 GQA = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLA_A = ("q_a_proj", "q_a_layernorm", "kv_a_proj_with_mqa", "kv_a_layernorm")
 MLA_B = ("q_b_proj", "q_proj", "kv_b_proj")
-DENSE_MLP = ("gate_proj", "up_proj", "down_proj")
+OUT_PROJ = ("o_proj", "out_proj")  # lfm2_moe: out_proj
+DENSE_MLPS = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))  # (gate, up, down); lfm2_moe: w1/w3/w2
 GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
-QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm")  # hunyuan: query_/key_layernorm
+QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
 
 
 def _is_norm(module: nn.Module, hidden: int) -> bool:
@@ -168,7 +170,8 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
         out += [Entry(f"{name}.{n}", S("replicate", mode="dtensor")) for n in MLA_A if n in kids]
         out += [Entry(f"{name}.{n}", S("colwise", local=False)) for n in MLA_B if n in kids]
         return out, "local_map"
-    if set(GQA) <= kids:
+    o_proj = next((n for n in OUT_PROJ if n in kids), None)
+    if set(GQA[:3]) <= kids and o_proj:
         heads = _num_heads(attn)
         own = [n for n, _ in attn.named_parameters(recurse=False)]
         outside = [n for n in own if getattr(attn, n).shape[0] != heads]
@@ -181,7 +184,7 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
                 if not outside
                 else S("unshardable", reason=f"attention state {outside} is not one value per head"),
             ),
-            Entry(f"{name}.o_proj", S("rowwise_sp")),
+            Entry(f"{name}.{o_proj}", S("rowwise_sp")),
         ]
         out += [Entry(f"{name}.{n}", S("colwise", local=True)) for n in GQA[:3]]
         out += [  # output gates: one value per head or per head dim, head-major, applied to the local heads
@@ -271,12 +274,13 @@ def model_plan(model: nn.Module) -> Plan:
                 entries += _moe_entries(names[id(inner)], inner)  # also a MoE inside an adapter (layer-level)
             elif _is_norm(child, hidden):
                 entries.append(Entry(full, S("norm_sp", dim=1)))
-            elif set(DENSE_MLP) <= {c for c, _ in child.named_children()}:
+            elif mlp := next((m for m in DENSE_MLPS if set(m) <= {c for c, _ in child.named_children()}), None):
+                gate, up, down = mlp
                 entries += [
                     Entry(full, S("gather_input")),
-                    Entry(f"{full}.gate_proj", S("colwise", local=True)),
-                    Entry(f"{full}.up_proj", S("colwise", local=True)),
-                    Entry(f"{full}.down_proj", S("rowwise_sp")),
+                    Entry(f"{full}.{gate}", S("colwise", local=True)),
+                    Entry(f"{full}.{up}", S("colwise", local=True)),
+                    Entry(f"{full}.{down}", S("rowwise_sp")),
                 ]
             else:
                 attn, mode = _attention_entries(full, child)

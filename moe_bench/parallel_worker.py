@@ -28,8 +28,8 @@ from . import cpu_compat
 from .core import randomize_
 from .expression import Expressed, swap_titan_moe
 from .hf import build_model, config_with, decoder_layers, real_config
-from .sharding import Plan, PlanError, S, apply_fsdp, apply_model_parallel, check_plan, model_plan
-from .synth import synthetic_overrides
+from .sharding import GATES, Plan, PlanError, S, apply_fsdp, apply_model_parallel, check_plan, model_plan
+from .synth import synthetic_config, synthetic_overrides
 
 # %% auto #0
 __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'parallel_test_model',
@@ -42,6 +42,8 @@ def parallel_test_model(
 ) -> tuple[torch.nn.Module, object, dict[int, Expressed]]:
     "The small float32 HF model of `model` with Titan's MoE swapped in; its config; the probe and expression of each MoE layer."
     real, _ = real_config(model)
+    # at least as many layers as the Phase 2 rules keep to reach an MoE layer (lfm2_moe: `num_dense_layers` first)
+    layers = max(layers, synthetic_config(model, small=True)[0].num_hidden_layers)
     overrides = synthetic_overrides(real, layers, small=True)
     if "first_k_dense_replace" in overrides:
         overrides["first_k_dense_replace"] = 1  # a dense layer first: its plan is exercised too
@@ -312,8 +314,43 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
                 "parity check",
             )
         )
+    gathered = next((e.pattern for e in plan.entries if e.spec.kind == "gathered_norm"), None)
+    if gathered:  # the natural mistake: the norm's weight split like the heads, each rank normalising its own shard
+        out.append(
+            (
+                f"wrong reduction: {gathered.rsplit('.', 1)[-1]} over each rank's shard of the projection, not the whole",
+                plan.replaced(gathered, S("head_sharded")),
+                True,
+                "parity check",
+            )
+        )
+    per_head = next((e.pattern for e in plan.entries if e.spec.kind == "head_sharded"), None)
+    if per_head:
+        out.append(
+            (
+                "wrong layout: the attention's per-head state (sinks, gate bias) whole on every rank",
+                plan.replaced(per_head, S("replicate", mode="dtensor_state")),
+                True,
+                "runtime error",
+            )
+        )
+    patterns = {e.pattern for e in plan.entries}
+    gate = next(  # an attention output gate: a gate beside an o_proj
+        (p for p in patterns if p.rsplit(".", 1)[-1] in GATES and p.rsplit(".", 1)[0] + ".o_proj" in patterns),
+        None,
+    )
+    if gate:
+        out.append(
+            (
+                f"wrong layout: the output gate {gate.rsplit('.', 1)[-1]} whole on every rank, the heads split",
+                plan.replaced(gate, S("replicate", mode="dtensor")),
+                True,
+                "runtime error",
+            )
+        )
     q = next((e.pattern for e in plan.entries if e.pattern.endswith(".q_proj") and e.spec.kind == "colwise"), None)
-    if q and hf_tp_plan:
+    if q and any(k.endswith("q_proj") and v == "colwise" for k, v in (hf_tp_plan or {}).items()):
+        # only where HF's plan names q_proj column-wise (olmoe's `colwise_gather_output` is another layout)
         out.append(
             (
                 "row-wise on the column-wise q_proj",
@@ -332,7 +369,12 @@ def _caught_by(rec: dict) -> str:
     return {"FAIL": "parity check", "ERROR": "runtime error"}.get(rec["status"], "not caught")
 
 # %% ../nbs/04c_worker.ipynb #057fe493
-def model_results(model_name: str, device: torch.device, negative_controls: bool = True) -> dict:
+def model_results(
+    model_name: str,
+    device: torch.device,
+    negative_controls: bool = True,
+    configs: tuple[str, ...] = CONFIG_NAMES,  # a subset (the layout tests run TP alone)
+) -> dict:
     "On every rank: one model's reference, its four configurations and its controls; the results rank 0 writes."
     start = time.perf_counter()
     base, cfg, swapped = parallel_test_model(model_name, seed=SEED)
@@ -368,7 +410,7 @@ def model_results(model_name: str, device: torch.device, negative_controls: bool
     ref_s = time.perf_counter() - t
     hf_tp_plan = getattr(cfg, "base_model_tp_plan", None)
     prototypes = {e.expression.name: e.expression for e in swapped.values() if not e.expression.in_torchtitan}
-    confs = parallel_configs(cfg, dist.get_world_size())
+    confs = [c for c in parallel_configs(cfg, dist.get_world_size()) if c["name"] in configs]
     results = [
         run_config(c, base, swapped, (ids, labels), free, tracked, plan, dict(hf_tp_plan=hf_tp_plan)) for c in confs
     ]
@@ -433,7 +475,9 @@ def model_results(model_name: str, device: torch.device, negative_controls: bool
     )
 
 
-def worker(model_names: list[str], out_dir: str, negative_controls: bool = True) -> None:
+def worker(
+    model_names: list[str], out_dir: str, negative_controls: bool = True, configs: tuple[str, ...] = CONFIG_NAMES
+) -> None:
     "The torchrun entry: each model in turn; rank 0 writes `<out_dir>/<model>.json` (an error and its traceback if it broke)."
     warnings.filterwarnings("ignore")
     cuda = torch.cuda.is_available()
@@ -447,7 +491,7 @@ def worker(model_names: list[str], out_dir: str, negative_controls: bool = True)
     set_spmd_backend("partial_dtensor")
     for name in model_names:
         try:
-            res = model_results(name, device, negative_controls)
+            res = model_results(name, device, negative_controls, configs)
         except Exception as e:  # the same code on every rank: each rank fails at the same place and moves on
             res = dict(
                 model=name,
@@ -470,5 +514,6 @@ if __name__ == "__main__" and sys.argv[0].endswith(
     _args.add_argument("--models", required=True, help="comma-separated model types")
     _args.add_argument("--out-dir", required=True)
     _args.add_argument("--no-negative-controls", action="store_true")
+    _args.add_argument("--configs", default=",".join(CONFIG_NAMES), help="comma-separated configurations to run")
     _a = _args.parse_args()
-    worker(_a.models.split(","), _a.out_dir, not _a.no_negative_controls)
+    worker(_a.models.split(","), _a.out_dir, not _a.no_negative_controls, tuple(_a.configs.split(",")))

@@ -16,12 +16,12 @@ import time
 from .compare import meta_moe_block
 from .core import GOOD, phase_record, worst_status
 from .expression import expression_of
-from .parallel_worker import WORLD
+from .parallel_worker import CONFIG_NAMES, WORLD
 from .synth import synthetic_config
 
 # %% auto #0
 __all__ = ['MODELS_PER_LAUNCH', 'launch_worker', 'small_config_expressed', 'phase4_gate', 'parallelism_batch',
-           'parallelism_phase']
+           'parallelism_phase', 'gpu_world_size', 'gpu_plan']
 
 # %% ../nbs/04_parallelism.ipynb #13bdbc78
 MODELS_PER_LAUNCH = (
@@ -30,9 +30,15 @@ MODELS_PER_LAUNCH = (
 
 
 def launch_worker(
-    models: list[str], out_dir: str, nproc: int = WORLD, negative_controls: bool = True, timeout_s: int | None = None
+    models: list[str],
+    out_dir: str,
+    nproc: int | None = None,  # processes; default $MOE_BENCH_NPROC (scripts/gpu_parallelism.sh sets it), else WORLD
+    negative_controls: bool = True,
+    timeout_s: int | None = None,
+    configs: tuple[str, ...] = CONFIG_NAMES,
 ) -> tuple[int, str, float]:
     "Run the worker for `models` under one torchrun; (exit code, output tail, wall seconds)."
+    nproc = nproc or int(os.environ.get("MOE_BENCH_NPROC") or WORLD)
     cmd = [
         sys.executable,
         "-m",
@@ -46,7 +52,7 @@ def launch_worker(
         "--out-dir",
         out_dir,
     ]
-    cmd += [] if negative_controls else ["--no-negative-controls"]
+    cmd += ([] if negative_controls else ["--no-negative-controls"]) + ["--configs", ",".join(configs)]
     timeout_s = timeout_s or 600 + 240 * len(models)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     start = time.perf_counter()
@@ -178,3 +184,21 @@ def _launch(models: list[str], negative_controls: bool) -> dict[str, dict]:
 def parallelism_phase(model: str, probe: dict, negative_controls: bool = True) -> dict:
     "Phase 4 record for `model`, given its phase 1 record."
     return parallelism_batch({model: probe}, negative_controls)[model]
+
+# %% ../nbs/04_parallelism.ipynb #b7e1a002
+def gpu_world_size(gpus: int) -> int:
+    "The world size a phase 4 launch uses on `gpus` CUDA devices: `WORLD` or 2, the most that fit; 0 where none fits."
+    return next((w for w in (WORLD, 2) if w <= gpus), 0)
+
+
+def gpu_plan(gpus: int) -> tuple[int, str]:
+    "(world size, the line saying what runs) for phase 4 on `gpus` CUDA devices; world size 0: nothing runs."
+    world = gpu_world_size(gpus)
+    if gpus == 0:
+        return 0, (
+            "gpu_parallelism: no CUDA device on this machine, nothing run; phase 4's tested path is CPU/gloo: "
+            "moe-bench run MODEL --phases 4"
+        )
+    if world == 0:
+        return 0, f"gpu_parallelism: {gpus} CUDA device, phase 4 needs 2 (one per rank under NCCL): nothing run"
+    return world, f"gpu_parallelism: phase 4 on NCCL, {world} of {gpus} CUDA devices (world size {world})"

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import fnmatch
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -36,15 +37,27 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from .cpu_compat import sum_reductions_for_gloo
 from .expression import Expressed
-from .hf import decoder, decoder_layers, embeddings, final_norm
+from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
-__all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'DENSE_MLP', 'HF_KIND_AGREES', 'STYLES',
-           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'model_plan', 'check_plan',
-           'parallel_style', 'register_local_map_attention', 'apply_model_parallel', 'apply_fsdp']
+__all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'DENSE_MLPS', 'GATES', 'QK_NORMS',
+           'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
+           'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'register_local_map_attention',
+           'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
-STATE_KINDS = ("embedding", "colwise", "rowwise_sp", "norm_sp", "replicate", "lm_head", "titan_moe", "unshardable")
+STATE_KINDS = (
+    "embedding",
+    "colwise",
+    "rowwise_sp",
+    "norm_sp",
+    "gathered_norm",
+    "head_sharded",
+    "replicate",
+    "lm_head",
+    "titan_moe",
+    "unshardable",
+)
 BOUNDARY_KINDS = ("gather_input",)
 
 
@@ -118,7 +131,10 @@ class PlanError(ValueError):
 GQA = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLA_A = ("q_a_proj", "q_a_layernorm", "kv_a_proj_with_mqa", "kv_a_layernorm")
 MLA_B = ("q_b_proj", "q_proj", "kv_b_proj")
-DENSE_MLP = ("gate_proj", "up_proj", "down_proj")
+OUT_PROJ = ("o_proj", "out_proj")  # lfm2_moe: out_proj
+DENSE_MLPS = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))  # (gate, up, down); lfm2_moe: w1/w3/w2
+GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
+QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
 
 
 def _is_norm(module: nn.Module, hidden: int) -> bool:
@@ -131,32 +147,64 @@ def _is_norm(module: nn.Module, hidden: int) -> bool:
     )
 
 
+def _num_heads(attn: nn.Module) -> int:
+    "The attention module's query heads: its own count, else its config's (a per-layer config's may refuse), else q_proj's."
+    own = next((v for k in ("num_heads", "num_attention_heads") if isinstance(v := getattr(attn, k, None), int)), None)
+    if own is not None:
+        return own
+    try:
+        return attn.config.num_attention_heads
+    except Exception:  # gemma4's per-layer configs refuse the global count
+        return attn.q_proj.out_features // attn.head_dim
+
+
 def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
     "Entries of one attention module and the attention mode it needs (None: not a layout the rules know)."
     kids = {n for n, _ in attn.named_children()}
     if "kv_a_proj_with_mqa" in kids:
-        out = [Entry(name, S("gather_input", kwarg="hidden_states")), Entry(f"{name}.o_proj", S("rowwise_sp"))]
+        # an attention that reads position_ids itself (mistral4's llama-4 query scale) gets them as a Replicate DTensor
+        lifted = dict(replicated="position_ids") if "position_ids" in inspect.signature(attn.forward).parameters else {}
+        out = [
+            Entry(name, S("gather_input", kwarg="hidden_states", **lifted)),
+            Entry(f"{name}.o_proj", S("rowwise_sp")),
+        ]
         out += [Entry(f"{name}.{n}", S("replicate", mode="dtensor")) for n in MLA_A if n in kids]
         out += [Entry(f"{name}.{n}", S("colwise", local=False)) for n in MLA_B if n in kids]
         return out, "local_map"
-    if set(GQA) <= kids:
-        out = [Entry(name, S("gather_input", kwarg="hidden_states")), Entry(f"{name}.o_proj", S("rowwise_sp"))]
+    o_proj = next((n for n in OUT_PROJ if n in kids), None)
+    if set(GQA[:3]) <= kids and o_proj:
+        heads = _num_heads(attn)
+        own = [n for n, _ in attn.named_parameters(recurse=False)]
+        outside = [n for n in own if getattr(attn, n).shape[0] != heads]
+        out = [
+            Entry(
+                name,
+                S("gather_input", kwarg="hidden_states")
+                if not own
+                else S("head_sharded", kwarg="hidden_states")  # per-head state: sinks, gate biases
+                if not outside
+                else S("unshardable", reason=f"attention state {outside} is not one value per head"),
+            ),
+            Entry(f"{name}.{o_proj}", S("rowwise_sp")),
+        ]
         out += [Entry(f"{name}.{n}", S("colwise", local=True)) for n in GQA[:3]]
-        for n in ("q_norm", "k_norm"):
+        out += [  # output gates: one value per head or per head dim, head-major, applied to the local heads
+            Entry(f"{name}.{n}", S("colwise", local=True))
+            for n in GATES
+            if n in kids and getattr(attn, n).out_features in (heads, heads * attn.head_dim)
+        ]
+        for n in QK_NORMS:
             if n not in kids:
                 continue
             width = getattr(attn, n).weight.numel()
+            proj = attn.q_proj if n.startswith("q") else attn.k_proj
             out.append(
                 Entry(f"{name}.{n}", S("norm_sp", dim=2, local=True))
                 if width == attn.head_dim
+                else Entry(f"{name}.{n}", S("gathered_norm"))  # the whole projection: gathered, normed, re-split
+                if width == proj.out_features
                 else Entry(
-                    f"{name}.{n}",
-                    S(
-                        "unshardable",
-                        reason=f"{n} normalises the whole {width}-wide projection, not "
-                        f"each {attn.head_dim}-wide head: a head shard cannot compute it without "
-                        "another reduction",
-                    ),
+                    f"{name}.{n}", S("unshardable", reason=f"{n} is {width} wide: neither a head nor a projection")
                 )
             )
         return out, "local"
@@ -184,14 +232,36 @@ def _moe_entries(name: str, moe: MoE) -> list:
     return out
 
 
+def decoder_extras(model: nn.Module) -> list[nn.Module]:
+    """The decoder's own modules that hold parameters, beside its embeddings and layers: the final norm, whatever its
+    name (lfm2_moe's `embedding_norm`), or a module the plan's rules do not know (qwen4_exp's hyper-connection mixer)."""
+    skip = {id(embeddings(model)), id(decoder_layers(model)), id(getattr(model, "lm_head", None))}
+    return [m for m in decoder(model).children() if id(m) not in skip and any(True for _ in m.parameters())]
+
+
+def _rotary(model: nn.Module) -> nn.Module | None:
+    "The decoder's rotary embedding (buffers only, an `inv_freq`), whatever its name (`rotary_emb`, lfm2's `pos_emb`)."
+    return next(
+        (
+            m
+            for m in decoder(model).children()
+            if not list(m.parameters()) and any(n.endswith("inv_freq") for n, _ in m.named_buffers(recurse=False))
+        ),
+        None,
+    )
+
+
 def model_plan(model: nn.Module) -> Plan:
     "The declarative sharding plan of an HF decoder whose MoE blocks are torchtitan `MoE`s."
     names = {id(m): n for n, m in model.named_modules()}
     hidden = embeddings(model).weight.shape[1]
-    entries = [
-        Entry(names[id(embeddings(model))], S("embedding")),
-        Entry(names[id(final_norm(model))], S("norm_sp", dim=1)),
-    ]
+    entries = [Entry(names[id(embeddings(model))], S("embedding"))]
+    for extra in decoder_extras(model):
+        if _is_norm(extra, hidden):
+            entries.append(Entry(names[id(extra)], S("norm_sp", dim=1)))
+            continue
+        why = f"decoder-level {type(extra).__name__} is neither a norm nor a module the plan's rules know"
+        entries += [Entry(names[id(m)], S("unshardable", reason=why)) for m in extra.modules() if _has_own_state(m)]
     if isinstance(getattr(model, "lm_head", None), nn.Linear):
         entries.append(Entry("lm_head", S("lm_head")))
     modes = set()
@@ -205,12 +275,13 @@ def model_plan(model: nn.Module) -> Plan:
                 entries += _moe_entries(names[id(inner)], inner)  # also a MoE inside an adapter (layer-level)
             elif _is_norm(child, hidden):
                 entries.append(Entry(full, S("norm_sp", dim=1)))
-            elif set(DENSE_MLP) <= {c for c, _ in child.named_children()}:
+            elif mlp := next((m for m in DENSE_MLPS if set(m) <= {c for c, _ in child.named_children()}), None):
+                gate, up, down = mlp
                 entries += [
                     Entry(full, S("gather_input")),
-                    Entry(f"{full}.gate_proj", S("colwise", local=True)),
-                    Entry(f"{full}.up_proj", S("colwise", local=True)),
-                    Entry(f"{full}.down_proj", S("rowwise_sp")),
+                    Entry(f"{full}.{gate}", S("colwise", local=True)),
+                    Entry(f"{full}.{up}", S("colwise", local=True)),
+                    Entry(f"{full}.{down}", S("rowwise_sp")),
                 ]
             else:
                 attn, mode = _attention_entries(full, child)
@@ -218,12 +289,14 @@ def model_plan(model: nn.Module) -> Plan:
                 if mode:
                     modes.add(mode)
     attention = "local_map" if "local_map" in modes else "local"
-    rotary = getattr(decoder(model), "rotary_emb", None)
+    rotary = _rotary(model)
     if (
         rotary is not None and attention == "local_map"
     ):  # its outputs become Replicate DTensors: (cos, sin), or deepseek_v2's one freqs_cis
-        with torch.no_grad():
-            out = rotary(torch.zeros(1, 1, hidden), torch.zeros(1, 1, dtype=torch.long))
+        layer_types = getattr(decoder(model).config, "layer_types", None) or [None]
+        kw = {"layer_type": layer_types[0]} if "layer_type" in inspect.signature(rotary.forward).parameters else {}
+        with torch.no_grad():  # dots3_note's rotary embedding is called once per layer type
+            out = rotary(torch.zeros(1, 1, hidden), torch.zeros(1, 1, dtype=torch.long), **kw)
         outputs = len(out) if isinstance(out, tuple) else 1
         entries.append(Entry(names[id(rotary)], S("replicate", mode="dtensor_outputs", outputs=outputs)))
     elif rotary is not None:
@@ -330,11 +403,44 @@ class _ReplicateOwnState:
             )
 
 
+class _HeadShardedState:
+    """A module's own parameters sharded on dim 0 (one value per head) as DTensors; inside its forward the module reads
+    each one's local shard, its gradient going back as that shard: torchtitan's gpt-oss sinks
+    (`sinks.to_local(grad_placements=sinks.placements)`), for an HF module that reads the attribute itself."""
+
+    def __init__(self, gather: ParallelStyle | None):
+        self.gather = gather
+
+    def apply(self, module: nn.Module, mesh) -> None:
+        names = [n for n, _ in module.named_parameters(recurse=False)]
+        for n in names:
+            p = module._parameters[n]
+            module.register_parameter(
+                n, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(0)]), requires_grad=p.requires_grad)
+            )
+
+        def local_views(mod, args, kwargs):
+            mod._head_sharded = {n: mod._parameters[n] for n in names}  # FSDP may have set new ones since apply
+            for n, p in mod._head_sharded.items():
+                mod._parameters[n] = p.to_local(grad_placements=p.placements)
+
+        def restore(mod, args, kwargs, output):
+            mod._parameters.update(mod._head_sharded)
+
+        module.register_forward_pre_hook(local_views, with_kwargs=True)
+        module.register_forward_hook(restore, with_kwargs=True)
+        if self.gather is not None:
+            parallelize_module(module, mesh, self.gather)
+
+
 def _gather_input(spec: Spec) -> ParallelStyle:
-    kw, local = spec.opt("kwarg"), bool(spec.opt("local", False))
+    kw, local, rep = spec.opt("kwarg"), bool(spec.opt("local", False)), spec.opt("replicated")
     if kw:
+        same = {rep: Replicate()} if rep else {}  # a replicated input (position_ids) lifted to a DTensor as it is
         return PrepareModuleInput(
-            input_kwarg_layouts={kw: Shard(1)}, desired_input_kwarg_layouts={kw: Replicate()}, use_local_output=local
+            input_kwarg_layouts={kw: Shard(1)} | same,
+            desired_input_kwarg_layouts={kw: Replicate()} | same,
+            use_local_output=local,
         )
     return PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=local)
 
@@ -356,6 +462,8 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
         sequence_dim=spec.opt("dim", 1), use_local_output=bool(spec.opt("local", False))
     ),
     "lm_head": lambda spec: ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True),
+    "gathered_norm": lambda spec: NoParallel(input_layout=Shard(2), output_layout=Shard(2), use_local_output=True),
+    "head_sharded": lambda spec: _HeadShardedState(_gather_input(spec) if spec.opt("kwarg") else None),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),
     "replicate:dtensor_outputs": _replicated_outputs,
@@ -419,7 +527,7 @@ def apply_model_parallel(
             style = parallel_style(spec)
             if style is None:
                 continue
-            if isinstance(style, _ReplicateOwnState):
+            if not isinstance(style, ParallelStyle):  # a moe_bench layout of a module's own state
                 style.apply(modules[mname], tp_mesh)
             else:
                 parallelize_module(modules[mname], tp_mesh, style)
@@ -463,11 +571,13 @@ def apply_fsdp(model: nn.Module, parallel_dims) -> str:
         if parallel_dims.ep_enabled
         else None
     )
+    extras = decoder_extras(model)  # the final norm, and any other decoder-level module with parameters
     if model.lm_head.weight is embeddings(model).weight:  # tied: one tensor, so one FSDP group (the root's) holds it
-        fully_shard(final_norm(model), mesh=dp_mesh, reshard_after_forward=False)
+        if extras:
+            fully_shard(extras, mesh=dp_mesh, reshard_after_forward=False)
     else:
         fully_shard(embeddings(model), mesh=dp_mesh, reshard_after_forward=True)
-        fully_shard([final_norm(model), model.lm_head], mesh=dp_mesh, reshard_after_forward=False)
+        fully_shard([*extras, model.lm_head], mesh=dp_mesh, reshard_after_forward=False)
     for layer in decoder_layers(model):
         moe = next((m for m in layer.modules() if isinstance(m, MoE)), None)
         if moe is None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import importlib
 import inspect
 
+import torch
 from transformers import PretrainedConfig
 
-from .hf import NoMoEError, config_with, decoder_layers, meta_model, moe_layer_indices, real_config
+from .hf import NoMoEError, config_with, decoder, decoder_layers, meta_model, moe_layer_indices, real_config
 
 # %% auto #0
 __all__ = ['SYNTHETIC_EXPERTS', 'SYNTHETIC_TOP_K', 'EXPERT_COUNT_FIELDS', 'EXTRA_EXPERT_FIELDS', 'TOP_K_FIELDS', 'GROUP_FIELDS',
@@ -81,10 +82,30 @@ def _sparse_marker(types: list) -> str:
     return max(set(sparse), key=sparse.count) if sparse else "sparse"
 
 
+def _family_source(real: PretrainedConfig) -> str:
+    "The source of the family's modeling module."
+    return inspect.getsource(importlib.import_module(type(real).__module__.replace(".configuration_", ".modeling_")))
+
+
 def _always_builds_sliding_mask(real: PretrainedConfig) -> bool:
     "Whether the family's decoder builds its sliding-window mask whatever its layer types (step3p7), so needs the window."
-    src = inspect.getsource(importlib.import_module(type(real).__module__.replace(".configuration_", ".modeling_")))
+    src = _family_source(real)
     return "create_sliding_window_causal_mask(" in src and "has_sliding_layers" not in src
+
+
+def _mrope_head_dim(real: PretrainedConfig, overrides: dict) -> dict:
+    """`head_dim` the family's M-RoPE sections were made for, where its rotary embedding refuses the small head
+    (glm4v_moe splits exactly into sections summing to half the rotary width; qwen3_vl slices and runs as it is)."""
+    rotary = getattr(decoder(meta_model(config_with(real, overrides))), "rotary_emb", None)
+    if rotary is None or not getattr(rotary, "mrope_section", None):
+        return {}
+    hidden = overrides.get("hidden_size", real.hidden_size)
+    try:  # on the meta device: shapes only; text positions, one per M-RoPE axis
+        rotary(torch.zeros(1, 2, hidden, device="meta"), torch.zeros(3, 1, 2, dtype=torch.long, device="meta"))
+        return {}
+    except RuntimeError:
+        partial = (getattr(real, "rope_parameters", None) or {}).get("partial_rotary_factor") or 1.0
+        return {"head_dim": round(2 * sum(rotary.mrope_section) / partial)}
 
 
 def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = False) -> dict:
@@ -132,6 +153,14 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
         out |= {"hidden_size": SMALL_HIDDEN} | (
             {"head_dim": SMALL_HEAD_DIM} if d.get("head_dim") and d.get("kv_lora_rank") is None else {}
         )
+        # linear-attention heads as small as attention's (glm5_next kept 64 heads 128 wide beside a 64-wide hidden
+        # state: 4.7 GB for one forward of 4 x 16 tokens through the torch fallback, 0.6 GB at these sizes)
+        out |= {k: SMALL_HEAD_DIM for k in d if k.startswith("linear_") and k.endswith("head_dim")}
+        out |= {
+            k: _fits(SYNTHETIC_HEADS, 2) if "key" in k else SYNTHETIC_HEADS
+            for k in d
+            if k.startswith("linear_num_") and k.endswith("heads")
+        }
         out["initializer_range"] = (
             0.1  # random weights scaled so a 64-wide block's outputs are O(0.1), as at production width
         )
@@ -146,7 +175,9 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
     if is_mla:
         out |= {k: v for k, v in MLA_FIELDS.items() if d.get(k)}  # a part the family turns off (None, 0) stays off
     if is_mla and d.get("head_dim") and out.get("qk_rope_head_dim"):
-        out["head_dim"] = out["qk_rope_head_dim"]  # MLA's rotary embedding is sized by head_dim
+        # MLA's rotary embedding is sized by head_dim x partial_rotary_factor (mistral4: 0.5, the nope half)
+        partial = (d.get("rope_parameters") or {}).get("partial_rotary_factor") or 1.0
+        out["head_dim"] = round(out["qk_rope_head_dim"] / partial)
     out |= {k: v for k, v in DSA_FIELDS.items() if k in d}
     out |= {k: v for k, v in QSA_FIELDS.items() if k in d}
     if "indexer_head_dim" in d:
@@ -179,6 +210,8 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
     for k, v in d.items():  # other per-layer lists follow the layer count
         if isinstance(v, list) and len(v) == real.num_hidden_layers and k not in out:
             out[k] = v[:num_layers]
+    if small and "mrope_section" in _family_source(real):
+        out |= _mrope_head_dim(real, out)
     return out
 
 

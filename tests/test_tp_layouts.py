@@ -1,0 +1,46 @@
+"""The head-aware TP layouts of `04b_sharding`, each under TP at world size 2 and 4 against one process (every
+gradient, both steps), and the wrong layout of each caught: `gathered_norm` (olmoe's q/k norms over the whole
+projection), `head_sharded` (openai_privacy_filter's attention sinks) and output gates column-wise on the heads
+(laguna's `g_proj`). One torchrun launch per world size, the TP configuration alone, on the small models."""
+
+import json
+
+import pytest
+
+from moe_bench.parallelism import launch_worker
+
+# model -> (the layout kind it exercises, how its plan names it, the wrong layout's control and what must catch it)
+CASES = {
+    "olmoe": ("gathered_norm", "q_norm", "wrong reduction: q_norm over each rank's shard", "parity check"),
+    "openai_privacy_filter": (
+        "head_sharded",
+        "self_attn",
+        "wrong layout: the attention's per-head state",
+        "runtime error",
+    ),
+    "laguna": ("colwise", "g_proj", "wrong layout: the output gate g_proj", "setup check"),
+}
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda ws: f"ws{ws}")
+def launch(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"tp_ws{request.param}")
+    rc, tail, _ = launch_worker(list(CASES), str(out), nproc=request.param, configs=("TP",))
+    assert rc == 0, tail
+    return request.param, {m: json.load(open(out / f"{m}.json")) for m in CASES}
+
+
+@pytest.mark.parametrize("model", list(CASES))
+def test_layout_parity_and_its_wrong_layout(launch, model):
+    world, results = launch
+    res = results[model]
+    kind, module, control, catcher = CASES[model]
+    assert "error" not in res, res.get("traceback")
+    assert any(e["module"].endswith("." + module) and e["spec"].split("(")[0] == kind for e in res["plan"])
+    (tp,) = res["configs"]
+    assert (res["world_size"], tp["name"]) == (world, "TP") and tp["mesh"]["tp"] >= 2
+    assert tp["status"] == "PASS", tp.get("error")
+    assert len(tp["steps"]) == 2 and all(s["ok"] and not s["params_failed"] for s in tp["steps"])
+    wrong = [c for c in res["negative_controls"] if c["name"].startswith(control)]
+    assert len(wrong) == 1, [c["name"] for c in res["negative_controls"]]
+    assert wrong[0]["caught"] and wrong[0]["caught_by"] == catcher, (wrong[0]["status"], wrong[0].get("error"))

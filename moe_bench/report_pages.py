@@ -25,7 +25,7 @@ from .core import read_json, reports_root
 # %% auto #0
 __all__ = ['RECORD_META', 'REPORT_TEMPLATE', 'NON_FINITE', 'DICT_REPR', 'FLOOR', 'PLOTS', 'PAGE_STYLE', 'FOOTER_KEYS',
            'FOLDED_CHARS', 'record_stamp', 'page_stamp', 'report_cells', 'render_html', 'fmt', 'rows_table',
-           'pairs_table', 'section', 'legend_outside', 'plot_gap_stages', 'plot_pretrained_layers',
+           'pairs_table', 'section', 'show', 'legend_outside', 'plot_gap_stages', 'plot_pretrained_layers',
            'plot_native_layers', 'figure_img', 'record_page', 'keeps_page', 'write_pages']
 
 # %% ../nbs/05a_report_pages.ipynb #b3ec388c
@@ -185,6 +185,18 @@ def section(key: str, value, level: int = 2, heading: bool = True) -> str:
     if isinstance(value, list) and all(isinstance(x, str) for x in value) and any(len(x) > 60 for x in value):
         return h + "<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in value) + "</ul>"
     return h + f"<p>{_esc(value)}</p>"
+
+# %% ../nbs/05a_report_pages.ipynb #acae54e37e7d407bbb7b55eff062a284
+def show(value, title: str = "") -> None:
+    "Display a record's value in a notebook as its page shows it: tables, `-` where a value is missing, no dict repr."
+    from IPython.display import HTML, display
+
+    if hasattr(value, "to_dict") and hasattr(value, "columns"):  # a DataFrame: its rows, missing cells as None
+        value = {
+            str(i): {k: (None if isinstance(x, float) and math.isnan(x) else x) for k, x in row.items()}
+            for i, row in value.to_dict("index").items()
+        }
+    display(HTML(section(title, value, heading=bool(title))))
 
 # %% ../nbs/05a_report_pages.ipynb #d67ac730
 FLOOR = 1e-12  # where a zero difference is drawn on a log axis

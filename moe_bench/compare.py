@@ -494,7 +494,7 @@ def cast_floats(value, dtype: torch.dtype | None, clone: bool = False):
         return type(value)(cast_floats(v, dtype, clone) for v in value)
     if isinstance(value, dict):
         return type(value)({k: cast_floats(v, dtype, clone) for k, v in value.items()})
-    return value
+    return copy.deepcopy(value) if clone else value  # a cache the layer writes into: each run gets it as it was
 
 
 def layer_reference(
@@ -513,7 +513,7 @@ def layer_reference(
     )
     try:
         with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(layer), probe.router_attr)):
-            layer(*cast_floats(called["args"], dtype), **cast_floats(called["kwargs"], dtype))
+            layer(*cast_floats(called["args"], dtype, True), **cast_floats(called["kwargs"], dtype, True))
     finally:
         hook.remove()
     return seen["ref"]

@@ -4,6 +4,7 @@ torch is pinned to the CPU build that lies on disk: an unpinned or ranged torch 
 multi-GB CUDA build from the registry.
 """
 from configparser import ConfigParser
+
 from setuptools import find_packages, setup
 
 cfg = ConfigParser(delimiters=["="])

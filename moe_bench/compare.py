@@ -326,8 +326,8 @@ MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = { 
         lambda sd: _map(sd, [f"{TITAN_SHARED}.gate.weight"], torch.zeros_like),
     ),
     "output norm weight reset to ones": (  # the moe_output_norm prototype's own tensor
-        lambda sd: "output_norm.weight" in sd,
-        lambda sd: _map(sd, ["output_norm.weight"], torch.ones_like),
+        lambda sd: "output_norm_D" in sd,
+        lambda sd: _map(sd, ["output_norm_D"], torch.ones_like),
     ),
     "square expert layout transposed": (
         lambda sd: any(sd[k].ndim == 3 and sd[k].shape[1] == sd[k].shape[2] for k in _expert_keys(sd)),

@@ -42,7 +42,6 @@ from moe_bench.extensions import (
     IdentityTailGroupedExperts,
     InputDtypeGptOssExperts,
     LogitBiasRouter,
-    OutputNorm,
     OutputNormMoE,
     ScoreFuncRouter,
     build_layer_moe,
@@ -56,6 +55,7 @@ from moe_bench.extensions import (
     mlp_gating,
     moe_branch_norms,
     norm_form_of,
+    output_norm_sharding,
     pad_experts_,
     padded_width,
     plain_silu,
@@ -347,13 +347,12 @@ def _build_output_norm(block: nn.Module, probe: MoEProbe, gate_float32: bool = T
     titan = build_titan_moe(_without(block, attr), probe, gate_float32, share, titan_moe_config(probe, check=False))
     weight = getattr(block, attr).weight.detach()
     titan.__class__ = OutputNormMoE
-    titan.output_norm = OutputNorm(weight if share else weight.clone(), *norm_form_of(getattr(block, attr)))
-    return titan
+    return titan.extend(weight if share else weight.clone(), *norm_form_of(getattr(block, attr)))
 
 
 def _export_output_norm(titan: MoE, block: nn.Module, probe: MoEProbe) -> dict:
     sd = dict(titan.state_dict())
-    weight = sd.pop("output_norm.weight")
+    weight = sd.pop("output_norm_D")
     return titan_block_to_hf(sd, probe) | {f"{output_norm_attr(block, probe)}.weight": weight}
 
 
@@ -363,6 +362,7 @@ OUTPUT_NORM = block_prototype(
     applies=output_norm_applies,
     build=_build_output_norm,
     export=_export_output_norm,
+    sharding=output_norm_sharding,
 )
 
 # %% ../nbs/00f_expression.ipynb #8763a12b2bbd4a93a75aff182afb95dc

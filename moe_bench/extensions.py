@@ -40,8 +40,8 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts',
            'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of',
            'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'norm_form_of',
-           'OutputNorm', 'OutputNormMoE', 'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_', 'unpad_experts',
-           'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter',
+           'OutputNormMoE', 'output_norm_sharding', 'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_',
+           'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter',
            'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
            'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
            'layer_moe_sharding']
@@ -460,24 +460,23 @@ def norm_form_of(norm: nn.Module) -> tuple[str, float] | None:
     return (found[0], eps) if len(found) == 1 else None
 
 
-class OutputNorm(nn.Module):
-    "An RMSNorm of one form of `NORM_FORMS`."
-
-    def __init__(self, weight: torch.Tensor, form: str, eps: float):
-        super().__init__()
-        self.weight, self.form, self.eps = nn.Parameter(weight, requires_grad=weight.requires_grad), form, eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return NORM_FORMS[self.form](x, self.weight, self.eps)
-
-
 class OutputNormMoE(MoE):
-    "Prototype of the core change: torchtitan's `MoE` with `self.output_norm` applied to its output."
+    "Prototype of the core change: torchtitan's `MoE` with an RMSNorm of one form of `NORM_FORMS` on its output."
 
-    output_norm: OutputNorm  # set on the instance by the expression that builds it
+    def extend(self, weight_D: torch.Tensor, form: str, eps: float) -> OutputNormMoE:
+        "The norm's weight as the module's own tensor `output_norm_D` (as `LayerMoE` holds its norms), its form, eps."
+        self.output_norm_D = nn.Parameter(weight_D, requires_grad=weight_D.requires_grad)
+        self.norm_form, self.norm_eps = form, eps
+        return self
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
-        return self.output_norm(super().forward(x_BLD))
+        return NORM_FORMS[self.norm_form](super().forward(x_BLD), self.output_norm_D, self.norm_eps)
+
+
+def output_norm_sharding(cfg) -> None:
+    """Add the norm's weight to a `MoE.Config` that `set_moe_sharding_config` has filled: replicated on TP, as
+    torchtitan places every norm weight; the norm reads the whole hidden width of each token."""
+    cfg.sharding_config.state_shardings |= {"output_norm_D": dense_param_placement(tp=spmd.R)}
 
 # %% ../nbs/00e_extensions.ipynb #8763a12b2bbd4a93a75aff182afb95dc
 IDENTITY_EXPERTS_CORE_CHANGE = (

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import spmd_types as spmd
 import torch
 from torch import nn
 from torch.distributed.fsdp import fully_shard
@@ -29,9 +30,15 @@ from torch.distributed.tensor.parallel import (
 )
 from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
 from torchtitan.distributed.tensor_parallel import NoParallel
+from torchtitan.models.common.decoder_sharding import (
+    dense_activation_placement,
+    dense_param_placement,
+    dense_sequence_parallel_placement,
+)
 from torchtitan.models.common.moe import MoE
 from torchtitan.models.common.moe_sharding import set_moe_sharding_config
 from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher
+from torchtitan.protocols.sharding import ShardingConfig
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -43,7 +50,7 @@ from .hf import decoder, decoder_layers, embeddings
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'DENSE_MLPS', 'GATES', 'QK_NORMS',
            'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
            'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'register_local_map_attention',
-           'apply_model_parallel', 'apply_fsdp']
+           'shared_gate_sharding', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -502,6 +509,21 @@ def register_local_map_attention() -> str:
     return LOCAL_MAP_ATTENTION
 
 # %% ../nbs/04b_sharding.ipynb #a3632f28
+def shared_gate_sharding(shared_cfg) -> None:
+    """A shared expert's sigmoid gate (`SigmoidGatedFeedForward.gate`): weight and output replicated, the output then
+    sliced to the shared FFN's sequence shards. torchtitan's layout for Qwen3.5's gate (`models/qwen3_5/sharding.py`,
+    which cannot be imported without the `fla` kernels its model needs); a no-op without a gate."""
+    gate = getattr(shared_cfg, "gate", None)
+    if gate is None:
+        return
+    replicated = dense_param_placement(tp=spmd.R)
+    gate.sharding_config = ShardingConfig(
+        state_shardings={"weight": replicated, "bias": replicated},
+        out_src_shardings=dense_activation_placement(tp=spmd.R),
+        out_dst_shardings=dense_sequence_parallel_placement(),
+    )
+
+
 def _titan_config_tree(module, cfg, path=""):
     "(name suffix, module, config) for a torchtitan module and each child with a matching sub-config."
     yield path, module, cfg
@@ -542,6 +564,7 @@ def apply_model_parallel(
     for (mname, moe), (probe, expression) in zip(moe_names.items(), swapped.values(), strict=True):
         cfg = expression.config(probe)
         set_moe_sharding_config(cfg, enable_ep=ep, enable_sp=tp, expert_param_layout=expression.expert_param_layout)
+        shared_gate_sharding(cfg.shared_experts)
         expression.sharding(cfg)  # a prototype's own tensors get their TP layout too
         for suffix, mod, sub in _titan_config_tree(moe, cfg):
             if sub.sharding_config is not None:

@@ -335,8 +335,13 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
             )
         )
     patterns = {e.pattern for e in plan.entries}
-    gate = next(  # an attention output gate: a gate beside an o_proj
-        (p for p in patterns if p.rsplit(".", 1)[-1] in GATES and p.rsplit(".", 1)[0] + ".o_proj" in patterns),
+    gate = next(  # an attention output gate: a gate beside an o_proj; in plan order, the same on every rank (a set's
+        # order follows each process's own hash seed: ranks picked different gates and deadlocked in their collectives)
+        (
+            e.pattern
+            for e in plan.entries
+            if e.pattern.rsplit(".", 1)[-1] in GATES and e.pattern.rsplit(".", 1)[0] + ".o_proj" in patterns
+        ),
         None,
     )
     if gate:

@@ -47,7 +47,7 @@ from .expression import Expressed
 from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
-__all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'DENSE_MLPS', 'GATES', 'QK_NORMS',
+__all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'GATES', 'QK_NORMS',
            'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
            'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'register_local_map_attention',
            'shared_gate_sharding', 'apply_model_parallel', 'apply_fsdp']
@@ -139,6 +139,7 @@ GQA = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLA_A = ("q_a_proj", "q_a_layernorm", "kv_a_proj_with_mqa", "kv_a_layernorm")
 MLA_B = ("q_b_proj", "q_proj", "kv_b_proj")
 OUT_PROJ = ("o_proj", "out_proj")  # lfm2_moe: out_proj
+HEAD_COUNTS = ("num_heads", "num_key_value_heads")  # attention attributes that become the rank's own under TP
 DENSE_MLPS = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))  # (gate, up, down); lfm2_moe: w1/w3/w2
 GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
 QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
@@ -183,12 +184,16 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
         heads = _num_heads(attn)
         own = [n for n, _ in attn.named_parameters(recurse=False)]
         outside = [n for n in own if getattr(attn, n).shape[0] != heads]
+        # head counts the forward reads itself (step3p7 views its output with self.num_heads): the rank's own
+        src = inspect.getsource(type(attn).forward)
+        counts = tuple(a for a in HEAD_COUNTS if isinstance(getattr(attn, a, None), int) and f"self.{a}" in src)
+        local = dict(local_counts=counts) if counts else {}
         out = [
             Entry(
                 name,
-                S("gather_input", kwarg="hidden_states")
+                S("gather_input", kwarg="hidden_states", **local)
                 if not own
-                else S("head_sharded", kwarg="hidden_states")  # per-head state: sinks, gate biases
+                else S("head_sharded", kwarg="hidden_states", **local)  # per-head state: sinks, gate biases
                 if not outside
                 else S("unshardable", reason=f"attention state {outside} is not one value per head"),
             ),
@@ -553,6 +558,8 @@ def apply_model_parallel(
                 style.apply(modules[mname], tp_mesh)
             else:
                 parallelize_module(modules[mname], tp_mesh, style)
+            for attr in spec.opt("local_counts") or ():  # a head count the module's forward reads: the local one
+                setattr(modules[mname], attr, getattr(modules[mname], attr) // tp_mesh.size())
             summary["styles"][mname] = type(style).__name__
         if plan.attention == "local_map":
             model.config._attn_implementation = register_local_map_attention()

@@ -37,6 +37,7 @@ from moe_bench.extensions import (
     OUTPUT_NORM_CORE_CHANGE,
     PADDED_EXPERTS_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
+    SPARSEMIXER_CORE_CHANGE,
     ClampedGluFeedForward,
     ClampedGluGroupedExperts,
     IdentityTailGroupedExperts,
@@ -44,6 +45,7 @@ from moe_bench.extensions import (
     LogitBiasRouter,
     OutputNormMoE,
     ScoreFuncRouter,
+    SparseMixerRouter,
     build_layer_moe,
     clamped_glu_of,
     experts_gating,
@@ -60,6 +62,7 @@ from moe_bench.extensions import (
     padded_width,
     plain_silu,
     score_func_of,
+    sparsemixer_eps_of,
     swap_layer_moe,
     unpad_experts,
 )
@@ -77,10 +80,11 @@ from moe_bench.replacement import (
 
 # %% auto #0
 __all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'IDENTITY_EXPERTS', 'PADDED_EXPERTS',
-           'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype',
-           'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules',
-           'output_norm_attr', 'output_norm_applies', 'identity_experts_applies', 'padded_experts_applies',
-           'with_score_func', 'expression_of', 'Expressed', 'swap_titan_moe']
+           'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER', 'LAYER_MOE', 'EXPRESSIONS', 'Expression',
+           'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies',
+           'non_gated_rules', 'output_norm_attr', 'output_norm_applies', 'identity_experts_applies',
+           'padded_experts_applies', 'with_score_func', 'sparsemixer_applies', 'expression_of', 'Expressed',
+           'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -465,6 +469,30 @@ def with_score_func(base: Expression) -> Expression:
 SCORE_FUNC = with_score_func(CORE)
 SCORE_FUNC_CLAMPED_GLU = with_score_func(CLAMPED_GLU)
 
+# %% ../nbs/00f_expression.ipynb #890309e7
+def sparsemixer_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for its router's SparseMixer routing, which HF's own router computes bit for bit."
+    if probe.level != "block" or probe.score_func != "sparsemixer" or probe.score_bias or probe.num_expert_groups:
+        return False
+    router = getattr(block, probe.router_attr)
+    return sparsemixer_eps_of(router, probe.top_k) is not None and CORE.applies(block, _as_core_scored(probe))
+
+
+def _build_sparsemixer(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    titan = build_titan_moe(block, _as_core_scored(probe), gate_float32, share)
+    titan.router.__class__ = SparseMixerRouter  # the core's router, routing by SparseMixer's rule with HF's knob
+    titan.router.jitter_eps = sparsemixer_eps_of(getattr(block, probe.router_attr), probe.top_k)
+    return titan
+
+
+SPARSEMIXER = block_prototype(
+    name="sparsemixer_router",
+    core_changes=(SPARSEMIXER_CORE_CHANGE,),
+    applies=sparsemixer_applies,
+    build=_build_sparsemixer,
+    config=lambda probe: titan_moe_config(_as_core_scored(probe)),
+)
+
 # %% ../nbs/00f_expression.ipynb #4ca93b45
 LAYER_MOE = Expression(
     name="layer_moe",
@@ -493,6 +521,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     PADDED_EXPERTS,
     SCORE_FUNC,
     SCORE_FUNC_CLAMPED_GLU,
+    SPARSEMIXER,
     LAYER_MOE,
 )
 

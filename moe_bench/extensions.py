@@ -33,18 +33,19 @@ from .moe_probe import MoEProbe
 from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 
 # %% auto #0
-__all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'CLAMPED_GLU_CORE_CHANGE',
-           'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS', 'IDENTITY_EXPERTS_CORE_CHANGE',
-           'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher',
-           'Extension', 'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp',
-           'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts',
-           'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of',
-           'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'norm_form_of',
-           'OutputNormMoE', 'output_norm_sharding', 'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_',
-           'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter',
-           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
-           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
-           'layer_moe_sharding']
+__all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'SPARSEMIXER_CORE_CHANGE',
+           'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS',
+           'IDENTITY_EXPERTS_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
+           'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
+           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
+           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter', 'score_func_of',
+           'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter', 'ClampedGlu', 'plain_silu',
+           'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward',
+           'norm_form_of', 'OutputNormMoE', 'output_norm_sharding', 'IdentityTailGroupedExperts', 'padded_width',
+           'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_',
+           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
+           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
+           'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -299,6 +300,83 @@ class ScoreFuncRouter(TokenChoiceTopKRouter):
         if self.route_norm:
             topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
         return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
+
+# %% ../nbs/00e_extensions.ipynb #156d0ba9
+SPARSEMIXER_CORE_CHANGE = (
+    "sparsemixer_routing: a sparsemixer routing option in TokenChoiceTopKRouter (top-2 by masked softmax, each pick "
+    "normalised over the logits within 2*jitter_eps of it)"
+)
+
+
+def sparsemixer_topk(logits_TE: torch.Tensor, jitter_eps: float, top_k: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    "SparseMixer's eval-mode routing as HF's `sparsemixer` computes it, pick by pick: (weights_TK, ids_TK)."
+    weights, ids, masked_TE = [], [], logits_TE
+    for _ in range(top_k):
+        top_T1, id_T1 = masked_TE.max(dim=-1, keepdim=True)  # the largest logit not picked yet
+        factor_TE = logits_TE.abs().clamp(min=top_T1)
+        far_TE = ((top_T1 - logits_TE) / factor_TE) > (2 * jitter_eps)  # relative gap to the pick beyond 2 * eps
+        gates_TE = torch.softmax(masked_TE.masked_fill(far_TE, float("-inf")), dim=-1)
+        weights.append(gates_TE.gather(dim=-1, index=id_T1))
+        ids.append(id_T1)
+        masked_TE = torch.scatter(masked_TE, -1, id_T1, float("-inf"))  # the pick leaves the next pick's logits
+    return torch.cat(weights, dim=-1), torch.cat(ids, dim=-1)
+
+
+def _designed_logits(num_experts: int, num_tokens: int = 4096) -> torch.Tensor:
+    "(T, E) seeded logits around one value per token, spread from 1e-4 to 1 of it: every relative gap the mask reads."
+    gen = torch.Generator().manual_seed(0)
+    spread_T1 = torch.logspace(-4, 0, num_tokens).unsqueeze(1)
+    return torch.randn(num_tokens, 1, generator=gen) + spread_T1 * torch.randn(num_tokens, num_experts, generator=gen)
+
+
+def sparsemixer_eps_of(router: nn.Module, top_k: int) -> float | None:
+    "The HF router's `router_jitter_noise` where a copy of it in eval mode routes as `sparsemixer_topk` with that knob"
+    " and `top_k`, weights and ids bit for bit (run on `_designed_logits`); else None."
+    eps = getattr(router, "router_jitter_noise", None)
+    matrices = [p for p in router.parameters() if p.ndim == 2]
+    if type(eps) not in (int, float) or len(matrices) != 1:
+        return None
+    num_experts, hidden = matrices[0].shape
+    hf = copy.deepcopy(router).to_empty(device="cpu").float().eval()  # a meta block's router too
+    logits_TE = _designed_logits(num_experts)
+    x_TH = torch.zeros(logits_TE.shape[0], hidden)
+    x_TH[:, : min(num_experts, hidden)] = logits_TE[:, :hidden]
+    with torch.no_grad():
+        for p in hf.parameters():  # the gate an identity on the first E inputs: the logits are the designed ones
+            p.copy_(torch.eye(num_experts, hidden) if p.ndim == 2 else torch.zeros_like(p))
+        out = hf(x_TH)
+    outs = [t for t in (out if isinstance(out, tuple) else (out,)) if torch.is_tensor(t)]
+    ids = [t for t in outs if not t.is_floating_point()]
+    floats = [t for t in outs if t.is_floating_point()]
+    hf_logits = [t for t in floats if t.shape[-1] == num_experts]
+    if len(ids) != 1 or not hf_logits:
+        return None
+    hf_weights = [t for t in floats if t is not hf_logits[0] and t.shape == ids[0].shape]
+    weights_TK, ids_TK = sparsemixer_topk(hf_logits[0], float(eps), top_k)
+    same = len(hf_weights) == 1 and torch.equal(hf_weights[0], weights_TK) and torch.equal(ids[0], ids_TK)
+    return float(eps) if same else None
+
+
+class SparseMixerRouter(TokenChoiceTopKRouter):
+    "Prototype of the core change: `TokenChoiceTopKRouter` routing by SparseMixer's eval-mode rule (`sparsemixer_topk`)."
+
+    jitter_eps: float  # HF's `router_jitter_noise`, set on the instance by the expression that builds it
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        if self.training:  # HF samples its picks there (Gumbel noise) and trains through Heun's estimator
+            raise NotImplementedError(
+                "SparseMixerRouter prototypes SparseMixer's eval-mode routing only: its training mode (Gumbel-sampled "
+                "picks, Heun's third-order multiplier backward, input jitter) is out of scope"
+            )
+        if expert_bias_E is not None or self.num_expert_groups is not None:
+            raise NotImplementedError("SparseMixer routing takes no expert bias and no group-limited choice")
+        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
+            logits_BLE = self.gate(x_BLD)
+        logits_BLE = logits_BLE.float()
+        topk_scores_BLK, topk_expert_ids_BLK = sparsemixer_topk(logits_BLE, self.jitter_eps, self.top_k)  # the change
+        if self.route_norm:
+            topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
+        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, logits_BLE  # its scores are the logits
 
 # %% ../nbs/00e_extensions.ipynb #c1a9e0d2
 CLAMPED_GLU_CORE_CHANGE = (

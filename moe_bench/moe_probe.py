@@ -122,9 +122,14 @@ def _source(obj) -> str:
     return ast.unparse(tree)
 
 
+_ROUTING_FUNCS = ("sparsemixer",)  # routing functions known by name (phimoe's); `00e_extensions` runs HF's to confirm
+
+
 def resolve_score_func(router: nn.Module, block: nn.Module) -> str:
-    "The scoring function the router's or block's code applies to the router logits."
+    "The scoring function the router's or block's code applies to the router logits (a routing function it calls by name)."
     for src in (_source(router), _source(block)):
+        if named := [f for f in _ROUTING_FUNCS if re.search(rf"\b{f}\(", src)]:
+            return named[0]
         found = [
             f for f in ("softmax", "sigmoid") if re.search(rf"\b{f}\(", src) or f"F.{f}" in src or f".{f}()" in src
         ]

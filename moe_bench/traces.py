@@ -236,7 +236,7 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
         "shared_gate" in seen
     ):  # the block gates the shared expert itself: sigmoid(gate(x)) * shared(x), as its code does
         res["shared"] = (torch.sigmoid(seen["shared_gate"]) * seen["shared"]).reshape(-1, D)
-    if logits_TE is not None:
+    if logits_TE is not None and probe.score_func in ("softmax", "sigmoid"):  # others (sparsemixer's): not derived here
         res["scores"] = (
             torch.softmax(logits_TE.float(), -1) if probe.score_func == "softmax" else torch.sigmoid(logits_TE.float())
         )

@@ -79,7 +79,8 @@ def _float32_combine(titan: MoE) -> None:
     cls = type(dispatcher)
     if cls not in _FLOAT32_COMBINED.values():  # a prototype's dispatcher keeps its own dispatch and combine, the
         # float32 combine beneath them (`super().combine`): `score_before_experts` combines with weight 1 on top of it
-        _FLOAT32_COMBINED.setdefault(cls, type(f"Float32Combine{cls.__name__}", (cls, Float32CombineDispatcher), {}))
+        if cls not in _FLOAT32_COMBINED:
+            _FLOAT32_COMBINED[cls] = type(f"Float32Combine{cls.__name__}", (cls, Float32CombineDispatcher), {})
         dispatcher.__class__ = _FLOAT32_COMBINED[cls]
 
 

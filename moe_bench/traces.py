@@ -251,7 +251,10 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
         res |= dict(
             output=out_BLD.reshape(-1, D), shared=None if "shared" not in seen else seen["shared"].reshape(-1, D)
         )
-        return res | dict(scores=torch.sigmoid(res["router_logits"].float()))  # the only score function it applies
+        logits_TE = res["router_logits"].float()
+        return res | dict(
+            scores=torch.softmax(logits_TE, -1) if probe.score_func == "softmax" else torch.sigmoid(logits_TE)
+        )
     logits_TE, weights_TK, ids_TK = _hf_router_parts(seen["router"], probe.num_experts)
     T, K = ids_TK.shape
     hidden_TD = seen["experts_in"][0].reshape(-1, D)

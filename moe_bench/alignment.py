@@ -21,7 +21,7 @@ from torch import nn
 from torchtitan.models.common.moe import GroupedExperts
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 
-from .compare import hf_router_gate_float32, moe_input, output_metrics
+from .compare import hf_router_gate, moe_input, output_metrics
 from .core import hidden_of, in_dtype
 from .expression import CORE, expression_of
 from moe_bench.extensions import (
@@ -331,7 +331,11 @@ class Patch:
 
 PATCHES = (
     Patch(
-        "router gate f32", "router gate in float32 on CPU (autocast to float32 is a no-op there)", router_gate_float32
+        "router gate f32",
+        "router gate in float32 on CPU (autocast to float32 is a no-op there)",
+        router_gate_float32,
+        lambda p, dt: p.router_gate_dtype == "float32",
+        "blocks whose HF gate runs in float32 (the probe's router_gate_dtype; not where the scores enter the experts' input)",
     ),
     Patch(
         "f32 combine",
@@ -437,7 +441,7 @@ def measure(
     hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor, hf_capture: dict | None = None
 ) -> tuple[dict, Trace]:
     "max_diff, KL and first divergence of Titan against HF on `x_BLD` (HF's stages given, or captured here), with the trace."
-    with hf_router_gate_float32(getattr(hf, probe.router_attr)):
+    with hf_router_gate(getattr(hf, probe.router_attr), probe):
         trace = trace_moe(hf, titan, probe, x_BLD, hf_capture)
     m = output_metrics(trace["output"].hf, trace["output"].titan)
     first = trace.first_divergence()
@@ -462,9 +466,9 @@ def kernel_check(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.
     hf_with_titan = copy.deepcopy(hf, memo)
     exported = (expression_of(hf, probe) or CORE).export(titan, hf, probe)  # a prototype's own tensors too
     hf_with_titan.load_state_dict(exported, strict=True, assign=True)
-    with torch.no_grad(), hf_router_gate_float32(getattr(hf, probe.router_attr)):
+    with torch.no_grad(), hf_router_gate(getattr(hf, probe.router_attr), probe):
         ref = hidden_of(hf(x_BLD))
-    with torch.no_grad(), hf_router_gate_float32(getattr(hf_with_titan, probe.router_attr)):
+    with torch.no_grad(), hf_router_gate(getattr(hf_with_titan, probe.router_attr), probe):
         out = hidden_of(hf_with_titan(x_BLD))
     return dict(
         max_diff=(out.double() - ref.double()).abs().max().item(),
@@ -496,7 +500,7 @@ def gap_table(
     x_BLD = moe_input(probe.hidden_size, dtype, seed) if x_BLD is None else x_BLD.to(dtype)
     rows, traces = [], {}
     # HF's stages once: the patches below touch torchtitan only
-    with hf_router_gate_float32(getattr(hf, probe.router_attr)):
+    with hf_router_gate(getattr(hf, probe.router_attr), probe):
         hf_capture = capture_hf(hf, probe, x_BLD)
     with ExitStack() as stack:
         res, traces["baseline"] = measure(hf, titan, probe, x_BLD, hf_capture)

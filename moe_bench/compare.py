@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -27,12 +27,12 @@ from .moe_probe import MoEProbe, probe_moe_block
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'MUTATIONS', 'DTYPES', 'F32_COMBINE',
            'REFERENCE_DTYPE', 'verdict', 'output_metrics', 'rel_l2', 'eager_experts', 'hf_float64_output', 'strict',
-           'in_hf_units', 'logit_metrics', 'hf_router_gate_float32', 'capture_topk_ids', 'routing_agreement',
-           'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference',
-           'hf_reference', 'compare_moe_block', 'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs',
-           'experts_in_input_dtype', 'strict_runs', 'mutation_sweep', 'strict_refs', 'extension_check',
-           'with_extension', 'cast_floats', 'layer_reference', 'layer_with', 'InModelRun', 'hf_in_model',
-           'compare_in_model', 'in_model_strict', 'in_model_check', 'compare_in_layer']
+           'in_hf_units', 'logit_metrics', 'hf_router_gate_float32', 'hf_router_gate', 'capture_topk_ids',
+           'routing_agreement', 'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block',
+           'memory_shortfall', 'HFReference', 'hf_reference', 'compare_moe_block', 'swap_gate_up', 'mutations',
+           'first_mutation', 'StrictRefs', 'experts_in_input_dtype', 'strict_runs', 'mutation_sweep', 'strict_refs',
+           'extension_check', 'with_extension', 'cast_floats', 'layer_reference', 'layer_with', 'InModelRun',
+           'hf_in_model', 'compare_in_model', 'in_model_strict', 'in_model_check', 'compare_in_layer']
 
 # %% ../nbs/00h_compare.ipynb #4516c348
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -88,7 +88,7 @@ def eager_experts(module: nn.Module) -> nn.Module:
 def hf_float64_output(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> torch.Tensor:
     "HF's block in float64 on `x_BLD`, its router gate in float32 as in every run (the same experts chosen)."
     hf = eager_experts(cast_copy(hf_block, torch.float64))
-    with torch.no_grad(), hf_router_gate_float32(getattr(hf, probe.router_attr)):
+    with torch.no_grad(), hf_router_gate(getattr(hf, probe.router_attr), probe):
         return hidden_of(hf(x_BLD.double()))
 
 
@@ -130,6 +130,11 @@ def hf_router_gate_float32(router: nn.Module):
         handle.remove()
         for n, p in router.named_parameters():
             p.data = p.data.to(dtypes[n])
+
+
+def hf_router_gate(router: nn.Module, probe: MoEProbe) -> AbstractContextManager:
+    "HF's router gate in the dtype its probe says (`router_gate_dtype`): float32 as `hf_router_gate_float32`, or as it is."
+    return hf_router_gate_float32(router) if probe.router_gate_dtype == "float32" else nullcontext()
 
 # %% ../nbs/00h_compare.ipynb #8c6a8fa9
 def _int_tensor(out) -> torch.Tensor | None:
@@ -224,11 +229,11 @@ class HFReference:
 
 
 def hf_reference(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed: int = 0) -> HFReference:
-    "HF's forward in `dtype` on the seeded input, run once (its router gate in float32, the spec's one permitted change)."
+    "HF's forward in `dtype` on the seeded input, run once (its router gate as its probe says: float32, the spec's one permitted change, or as it is)."
     hf = in_dtype(hf_block, dtype)  # no copy when it already fits
     x_BLD = moe_input(probe.hidden_size, dtype, seed)
     router = getattr(hf, probe.router_attr)
-    with torch.no_grad(), hf_router_gate_float32(router), capture_topk_ids(router, None) as ids:
+    with torch.no_grad(), hf_router_gate(router, probe), capture_topk_ids(router, None) as ids:
         out_BLD = hidden_of(hf(x_BLD))  # gpt_oss's block returns (hidden, router scores)
     return HFReference(hf, x_BLD, out_BLD, ids.get("hf"))
 
@@ -439,7 +444,7 @@ def strict_refs(hf_block: nn.Module, probe: MoEProbe, seed: int = 0) -> StrictRe
     f32 = hf_reference(hf_block, probe, torch.float32, seed)
     f64_out = hf_float64_output(hf_block, probe, f32.x_BLD)
     bf16 = hf_reference(hf_block, probe, torch.bfloat16, seed)
-    with torch.no_grad(), hf_router_gate_float32(getattr(hf_block, probe.router_attr)):
+    with torch.no_grad(), hf_router_gate(getattr(hf_block, probe.router_attr), probe):
         f32_out = hidden_of(in_dtype(hf_block, torch.float32)(bf16.x_BLD.float()))
     return StrictRefs(bf16, f32, f32_out, f64_out)
 
@@ -512,7 +517,7 @@ def layer_reference(
         lambda m, a, o: seen.__setitem__("ref", hidden_of(o))
     )
     try:
-        with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(layer), probe.router_attr)):
+        with torch.no_grad(), hf_router_gate(getattr(moe_block(layer), probe.router_attr), probe):
             layer(*cast_floats(called["args"], dtype, True), **cast_floats(called["kwargs"], dtype, True))
     finally:
         hook.remove()
@@ -561,7 +566,7 @@ def hf_in_model(hf_model: nn.Module, expression: Expression, probe: MoEProbe, dt
     ]
     ids = torch.randint(0, hf.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(seed))
     try:
-        with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(layer), probe.router_attr)):
+        with torch.no_grad(), hf_router_gate(getattr(moe_block(layer), probe.router_attr), probe):
             hf(input_ids=ids)
     finally:
         for h in hooks:
@@ -674,6 +679,7 @@ def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
             float32_run="Titan's grouped experts in the input dtype (CPU adaptation), against HF in float64",
             reference="HF's decoder layer one precision up on the layer's own input",
             roundtrip=rt["status"],
+            router_gate=f"{probe.router_gate_dtype} on both sides: {probe.router_gate_reason}",
             negative_control=sweep[0]["name"],
             negative_control_caught=sweep[0]["caught_by_spec"],
             negative_control_caught_strict=sweep[0]["caught"],
@@ -710,7 +716,7 @@ def compare_in_layer(
     hf_router = getattr(moe_block(hf_layer), probe.router_attr)
     args = cast_floats(args, dtype)
     try:
-        with torch.no_grad(), hf_router_gate_float32(hf_router), capture_topk_ids(hf_router, module.router) as ids:
+        with torch.no_grad(), hf_router_gate(hf_router, probe), capture_topk_ids(hf_router, module.router) as ids:
             hf_layer.forward(*args, **cast_floats(kwargs, dtype))  # a fresh copy of any mutable state for each side
             titan_layer.forward(*args, **cast_floats(kwargs, dtype))
     finally:

@@ -113,7 +113,7 @@ def equivalence_phase(model: str, seed: int = 0, small: bool = False) -> dict:
         mutations=sweep,
         status_with_extension=with_extension(status, extensions),
         extensions=extensions,
-        router_gate="float32 on both sides",
+        router_gate=f"{probe.router_gate_dtype} on both sides",  # float32 for every block the core's MoE holds
         metrics=metrics,
         roundtrip=roundtrip,
         negative_control=negative,

@@ -36,6 +36,7 @@ from moe_bench.extensions import (
     NON_GATED_CORE_CHANGE,
     OUTPUT_NORM_CORE_CHANGE,
     PADDED_EXPERTS_CORE_CHANGE,
+    SCORE_BEFORE_EXPERTS_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
     SPARSEMIXER_CORE_CHANGE,
     ClampedGluFeedForward,
@@ -44,6 +45,8 @@ from moe_bench.extensions import (
     InputDtypeGptOssExperts,
     LogitBiasRouter,
     OutputNormMoE,
+    ScoreBeforeExpertsDispatcher,
+    ScoreBeforeExpertsRouter,
     ScoreFuncRouter,
     SparseMixerRouter,
     build_layer_moe,
@@ -79,12 +82,12 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'IDENTITY_EXPERTS', 'PADDED_EXPERTS',
-           'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER', 'LAYER_MOE', 'EXPRESSIONS', 'Expression',
-           'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies',
-           'non_gated_rules', 'output_norm_attr', 'output_norm_applies', 'identity_experts_applies',
-           'padded_experts_applies', 'with_score_func', 'sparsemixer_applies', 'expression_of', 'Expressed',
-           'swap_titan_moe']
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'SCORE_BEFORE_EXPERTS', 'IDENTITY_EXPERTS',
+           'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER', 'LAYER_MOE', 'EXPRESSIONS',
+           'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies',
+           'non_gated_applies', 'non_gated_rules', 'output_norm_attr', 'output_norm_applies',
+           'score_before_experts_applies', 'identity_experts_applies', 'padded_experts_applies', 'with_score_func',
+           'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -369,6 +372,40 @@ OUTPUT_NORM = block_prototype(
     sharding=output_norm_sharding,
 )
 
+# %% ../nbs/00f_expression.ipynb #5c0be4e1a1b54c0c8f3e7a9d11e0a405
+def _as_dispatching(probe: MoEProbe) -> MoEProbe:
+    "The probe as if the experts took the dispatched tokens themselves: what the core's config and tensor rules build on."
+    fused = dataclasses.replace(probe, experts_format="fused", issues=[])
+    return dataclasses.replace(fused, issues=titan_blockers(fused))
+
+
+def score_before_experts_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for its routing scores multiplying the expert inputs (a plain sigmoid of the top-k logits)."
+    if not (probe.level == "block" and probe.experts_format == "pre_dispatched" and probe.score_func == "sigmoid"):
+        return False
+    plain = not probe.route_norm and probe.route_scale == 1.0 and not probe.score_bias and not probe.num_expert_groups
+    return plain and probe.issues == titan_blockers(probe) and not _as_dispatching(probe).issues
+
+
+def _build_score_before_experts(
+    block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False
+) -> MoE:
+    core = _as_dispatching(probe)
+    gate_float32 = gate_float32 and probe.router_gate_dtype == "float32"  # the gate in the dtype HF's runs in
+    titan = build_titan_moe(block, core, gate_float32, share, titan_moe_config(core))
+    titan.router.__class__ = ScoreBeforeExpertsRouter
+    titan.routed_experts.token_dispatcher.__class__ = ScoreBeforeExpertsDispatcher
+    return titan
+
+
+SCORE_BEFORE_EXPERTS = block_prototype(
+    name="score_before_experts",
+    core_changes=(SCORE_BEFORE_EXPERTS_CORE_CHANGE,),
+    applies=score_before_experts_applies,
+    build=_build_score_before_experts,
+    config=lambda probe: titan_moe_config(_as_dispatching(probe)),
+)
+
 # %% ../nbs/00f_expression.ipynb #8763a12b2bbd4a93a75aff182afb95dc
 def identity_experts_applies(block: nn.Module, probe: MoEProbe) -> bool:
     "The core `MoE` holds the block but for the identity experts at the end of its experts."
@@ -517,6 +554,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     CLAMPED_GLU,
     NON_GATED,
     OUTPUT_NORM,
+    SCORE_BEFORE_EXPERTS,
     IDENTITY_EXPERTS,
     PADDED_EXPERTS,
     SCORE_FUNC,

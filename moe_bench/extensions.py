@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -35,17 +36,18 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'SPARSEMIXER_CORE_CHANGE',
            'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS',
-           'IDENTITY_EXPERTS_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
-           'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
-           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
-           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter', 'score_func_of',
-           'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter', 'ClampedGlu', 'plain_silu',
-           'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward',
-           'norm_form_of', 'OutputNormMoE', 'output_norm_sharding', 'IdentityTailGroupedExperts', 'padded_width',
-           'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_',
-           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
-           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
-           'swap_layer_moe', 'layer_moe_sharding']
+           'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE',
+           'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
+           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
+           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
+           'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter',
+           'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts',
+           'ClampedGluFeedForward', 'norm_form_of', 'OutputNormMoE', 'output_norm_sharding', 'ScoreBeforeExpertsRouter',
+           'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_',
+           'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter',
+           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
+           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
+           'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -70,8 +72,17 @@ class Extension:
     applies: Callable[[MoEProbe], bool] = lambda probe: True
 
 
+_FLOAT32_COMBINED: dict[type, type] = {LocalTokenDispatcher: Float32CombineDispatcher}
+
+
 def _float32_combine(titan: MoE) -> None:
-    titan.routed_experts.token_dispatcher.__class__ = Float32CombineDispatcher
+    dispatcher = titan.routed_experts.token_dispatcher
+    cls = type(dispatcher)
+    if cls not in _FLOAT32_COMBINED.values():  # a prototype's dispatcher keeps its own dispatch and combine, the
+        # float32 combine beneath them (`super().combine`): `score_before_experts` combines with weight 1 on top of it
+        if cls not in _FLOAT32_COMBINED:
+            _FLOAT32_COMBINED[cls] = type(f"Float32Combine{cls.__name__}", (cls, Float32CombineDispatcher), {})
+        dispatcher.__class__ = _FLOAT32_COMBINED[cls]
 
 
 EXTENSIONS = [
@@ -555,6 +566,43 @@ def output_norm_sharding(cfg) -> None:
     """Add the norm's weight to a `MoE.Config` that `set_moe_sharding_config` has filled: replicated on TP, as
     torchtitan places every norm weight; the norm reads the whole hidden width of each token."""
     cfg.sharding_config.state_shardings |= {"output_norm_D": dense_param_placement(tp=spmd.R)}
+
+# %% ../nbs/00e_extensions.ipynb #5c0be4e1a1b54c0c8f3e7a9d11e0a402
+SCORE_BEFORE_EXPERTS_CORE_CHANGE = (
+    "score_before_experts: an MoE option where the routing scores multiply the expert inputs and the combine weighs "
+    "each expert's output by 1 (Llama 4); its router scores the top-k gate logits, rounded to the gate's dtype"
+)
+
+
+class ScoreBeforeExpertsRouter(TokenChoiceTopKRouter):
+    "Prototype of the core change's router: the top-k of the gate logits, their sigmoid in float32 rounded to the gate's dtype."
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        logits_BLE = self.gate(x_BLD)  # the gate's dtype: the input's, or float32 through `Float32Gate`
+        topk_logits_BLK, topk_expert_ids_BLK = torch.topk(logits_BLE, k=self.top_k, dim=-1)
+        topk_scores_BLK = torch.sigmoid(topk_logits_BLK.float()).to(logits_BLE.dtype)
+        return topk_scores_BLK, topk_expert_ids_BLK, torch.sigmoid(logits_BLE.float())
+
+
+class ScoreBeforeExpertsDispatcher(LocalTokenDispatcher):
+    "Prototype of the core change: routed rows scaled by their scores before the experts, combined with weight 1."
+
+    @staticmethod
+    def scaled(x_RD: torch.Tensor, scores_R: torch.Tensor) -> torch.Tensor:
+        "Routed rows times their scores, in the rows' dtype (as HF's block multiplies the rows it hands its experts)."
+        return (x_RD * scores_R.reshape(-1, 1)).to(x_RD.dtype)
+
+    def dispatch(self, x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E):
+        routed_input_RD, num_tokens_per_expert_E, metadata = super().dispatch(
+            x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E
+        )
+        return self.scaled(routed_input_RD, metadata.topk_scores_experts_sorted_N), num_tokens_per_expert_E, metadata
+
+    def combine(self, routed_output_RD, metadata, x_TD):
+        ones_N = torch.ones_like(metadata.topk_scores_experts_sorted_N)  # the scores went in before the experts
+        return super().combine(
+            routed_output_RD, dataclasses.replace(metadata, topk_scores_experts_sorted_N=ones_N), x_TD
+        )
 
 # %% ../nbs/00e_extensions.ipynb #8763a12b2bbd4a93a75aff182afb95dc
 IDENTITY_EXPERTS_CORE_CHANGE = (

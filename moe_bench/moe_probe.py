@@ -20,12 +20,12 @@ from transformers import PretrainedConfig
 from .hf import nested_moe_blocks, router_name
 
 # %% auto #0
-__all__ = ['ROUTE_NORM_KINDS', 'SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'SCORE_BIAS_NAMES', 'ROUTE_SCALE_NAMES',
-           'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS', 'GROUPED_MM_ALIGN', 'BLOCKERS', 'MoEProbe', 'resolve_score_func',
-           'resolve_route_norm', 'resolve_route_norm_eps', 'resolve_score_bias_on', 'resolve_returns',
-           'resolve_experts_dtypes', 'resolve_gate', 'probe_experts', 'probe_shared_experts', 'resolve_route_scale',
-           'router_weight_key', 'Blocker', 'titan_blockers', 'probe_moe_block', 'layer_level_blockers',
-           'unclaimed_tensors', 'attention_kind']
+__all__ = ['ROUTE_NORM_KINDS', 'SCORED_INPUT_GATE', 'SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'SCORE_BIAS_NAMES',
+           'ROUTE_SCALE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS', 'GROUPED_MM_ALIGN', 'BLOCKERS', 'MoEProbe',
+           'resolve_score_func', 'resolve_route_norm', 'resolve_route_norm_eps', 'resolve_score_bias_on',
+           'resolve_returns', 'resolve_router_gate', 'resolve_experts_dtypes', 'resolve_gate', 'probe_experts',
+           'probe_shared_experts', 'resolve_route_scale', 'router_weight_key', 'Blocker', 'titan_blockers',
+           'probe_moe_block', 'layer_level_blockers', 'unclaimed_tensors', 'attention_kind']
 
 # %% ../nbs/00b_moe_probe.ipynb #46e04695
 @dataclass(kw_only=True)
@@ -72,6 +72,9 @@ class MoEProbe:
     shared_format: str = "split"  # "split" gate_proj and up_proj | "fused" one gate_up_proj, gate rows then up rows
     level: str = "block"  # "block" | "layer" (router and experts beside the dense MLP)
     returns: str = "tensor"  # what the block's forward returns: "tensor" | "tuple" (the hidden state first: gpt_oss)
+    router_gate_dtype: str = "float32"  # HF's router gate in every comparison: "float32" (the spec's one allowed
+    # HF-side change, Titan's gate in float32 too) | "input" (the block's dtype on both sides; `router_gate_reason` says why)
+    router_gate_reason: str = "the spec's one allowed HF-side change; Titan's router computes its gate in float32 too"
     issues: list[str] = field(default_factory=list)
 
     def asdict(self) -> dict:
@@ -220,6 +223,20 @@ def resolve_returns(block: nn.Module) -> str:
 def _cfg(config: PretrainedConfig, *names):
     return _first(*(getattr(config, n, None) for n in names))
 
+
+SCORED_INPUT_GATE = (
+    "the block multiplies the expert inputs by the router's scores: a float32 gate makes the scores float32, which "
+    "promotes the experts' input to float32, and HF's own experts (torch.bmm) refuse the mixed dtypes; so HF's gate "
+    "runs in the block's dtype, unchanged, and Titan's router computes its gate in that dtype too"
+)
+
+
+def resolve_router_gate(experts_format: str) -> dict:
+    "The dtype HF's router gate runs in for the comparisons, and why: float32 unless the scores enter the experts' input."
+    if experts_format == "pre_dispatched":
+        return dict(router_gate_dtype="input", router_gate_reason=SCORED_INPUT_GATE)
+    return {}
+
 # %% ../nbs/00b_moe_probe.ipynb #afe7ff1d
 def _activation_name(act) -> str:
     "`silu` for SiLUActivation, F.silu or any other spelling of it."
@@ -286,12 +303,17 @@ def probe_experts(experts: nn.Module, hidden_size: int) -> dict:
     if len(inspect.signature(experts.forward).parameters) == 1 and isinstance(
         getattr(experts, "gate_up_proj", None), torch.Tensor
     ):
-        # llama4: the experts take tokens already dispatched and scaled by the block (scores multiply the expert inputs)
+        # llama4: the experts take tokens already dispatched and scaled by the block (scores multiply the expert inputs);
+        # their tensors are fused, gate_up (E, H, 2I) as the transposed layout, read as the fused experts' below
+        gate_up, act = experts.gate_up_proj, getattr(experts, "act_fn", None)
+        transposed = gate_up.shape[1] == hidden_size
         return dict(
             experts_format="pre_dispatched",
-            expert_layout="n/a",
-            moe_intermediate_size=0,
-            num_experts=experts.gate_up_proj.shape[0],
+            expert_layout="transposed" if transposed else "standard",
+            moe_intermediate_size=gate_up.shape[2 if transposed else 1] // 2,
+            num_experts=gate_up.shape[0],
+            **resolve_gate(experts, _activation_name(act)),
+            **resolve_experts_dtypes(experts),
         )
     gate_up = getattr(experts, "gate_up_proj", None)
     if gate_up is None or gate_up.ndim != 3:
@@ -552,6 +574,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         experts_kernel=experts.get("experts_kernel", "eager"),
         **probe_shared_experts(block),
         returns=resolve_returns(block),
+        **resolve_router_gate(experts["experts_format"]),
     )
     if experts["experts_format"] != "fused":
         probe.issues += titan_blockers(probe)

@@ -195,6 +195,32 @@ def hf_row_pairs(impl: str | None, ids_TK: torch.Tensor) -> torch.Tensor:
     return torch.cat([t * K + k for k, t in (torch.where((ids_TK == e).T) for e in ids_TK.unique().tolist())])
 
 
+def _scored_input_stages(seen: dict, probe: MoEProbe, D: int) -> dict:
+    "Stages of a block whose experts ran every token, inputs scaled by the scores (llama4): each pair's row of the dense `(E * T)` ones."
+    scores_TE, logits_TE = seen["router"]  # HF's router: the scores (zero where not chosen) and the logits
+    ids_TK = torch.topk(logits_TE, probe.top_k, dim=1).indices  # its choice, made as it makes it
+    T, K = ids_TK.shape
+    rows_N = (ids_TK * T + torch.arange(T)[:, None]).reshape(-1)  # pair `t * K + k`'s row among the dense ones
+
+    def pick(rows):
+        return rows_to_slots(rows.reshape(-1, rows.shape[-1])[rows_N], torch.arange(T * K), ids_TK)
+
+    down_RD = seen["combine"]  # the experts' output: every row's down projection, weight 1
+    res = dict(
+        router_logits=logits_TE,
+        topk_ids=ids_TK.sort(-1).values,
+        topk_weights=by_slot(scores_TE.gather(1, ids_TK), ids_TK),
+        expert_input=pick(seen["experts_in"][0]),
+        expert_down=pick(down_RD),
+        combine=down_RD.reshape(-1, T, D).sum(dim=0),  # summed over the experts, as the block does
+    )
+    if seen["act"]:  # one call on the (E, T, I) gate half of the fused gate_up
+        ((gate, act),) = seen["act"]
+        up = gate._base[..., gate.shape[-1] :]
+        res |= dict(expert_gate=pick(gate), expert_up=pick(up), expert_act=pick(act * up))
+    return res
+
+
 def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dict:
     "HF's stage tensors (rows of per-expert stages at `(T, K, ...)` by slot)."
     router, experts = getattr(hf_block, probe.router_attr), getattr(hf_block, probe.experts_attr)
@@ -208,7 +234,8 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
         hooks.append(act_fn.register_forward_hook(lambda m, a, o: seen["act"].append((a[0], o))))
     shared = getattr(hf_block, probe.shared_attr) if probe.shared_attr else None
     if shared is not None:
-        hooks.append(shared.register_forward_hook(lambda m, a, o: seen.__setitem__("shared", o)))
+        # a copy: llama4's block adds its routed output into the shared expert's, in place
+        hooks.append(shared.register_forward_hook(lambda m, a, o: seen.__setitem__("shared", o.clone())))
     shared_gate = getattr(hf_block, probe.shared_gate_attr) if probe.shared_gate_attr else None
     if shared_gate is not None:
         hooks.append(shared_gate.register_forward_hook(lambda m, a, o: seen.__setitem__("shared_gate", o)))
@@ -218,9 +245,18 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
     finally:
         for h in hooks:
             h.remove()
+    D = x_BLD.shape[-1]
+    if probe.experts_format == "pre_dispatched":  # the scores went into the experts' input
+        res = _scored_input_stages(seen, probe, D)
+        res |= dict(
+            output=out_BLD.reshape(-1, D), shared=None if "shared" not in seen else seen["shared"].reshape(-1, D)
+        )
+        logits_TE = res["router_logits"].float()
+        return res | dict(
+            scores=torch.softmax(logits_TE, -1) if probe.score_func == "softmax" else torch.sigmoid(logits_TE)
+        )
     logits_TE, weights_TK, ids_TK = _hf_router_parts(seen["router"], probe.num_experts)
     T, K = ids_TK.shape
-    D = x_BLD.shape[-1]
     hidden_TD = seen["experts_in"][0].reshape(-1, D)
     pairs = hf_row_pairs(probe.experts_kernel, ids_TK)
     res = dict(
@@ -316,12 +352,15 @@ def capture_titan(titan: nn.Module, x_BLD: torch.Tensor) -> dict:
         gate_R, up_R = gate_up_R[..., ::2], gate_up_R[..., 1::2]
         down_R = down_R + inner.mlp2_bias_ED[expert_R].to(down_R.dtype)
     x_TD = x_BLD.reshape(-1, D)
+    routed_RD, scaled = x_TD[pairs // K], getattr(dispatcher, "scaled", None)
+    if scaled is not None:  # a dispatcher that scales the rows by their scores (score_before_experts) hands over those
+        routed_RD = scaled(routed_RD, weights_TK.reshape(-1)[pairs])
     return dict(
         router_logits=seen["logits"].reshape(-1, seen["logits"].shape[-1]),
         scores=scores_BLE.reshape(T, -1),
         topk_ids=ids_TK.sort(-1).values,
         topk_weights=by_slot(weights_TK, ids_TK),
-        expert_input=rows_to_slots(x_TD[pairs // K], pairs, ids_TK),
+        expert_input=rows_to_slots(routed_RD, pairs, ids_TK),
         expert_gate=rows_to_slots(gate_R, pairs, ids_TK),
         expert_up=rows_to_slots(up_R, pairs, ids_TK),
         expert_act=rows_to_slots(act_R, pairs, ids_TK),

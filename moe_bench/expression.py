@@ -37,6 +37,7 @@ from moe_bench.extensions import (
     OUTPUT_NORM_CORE_CHANGE,
     PADDED_EXPERTS_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
+    SOFTCAPPED_GLU_CORE_CHANGE,
     ClampedGluFeedForward,
     ClampedGluGroupedExperts,
     IdentityTailGroupedExperts,
@@ -60,6 +61,7 @@ from moe_bench.extensions import (
     padded_width,
     plain_silu,
     score_func_of,
+    softcapped_glu_of,
     swap_layer_moe,
     unpad_experts,
 )
@@ -76,11 +78,12 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'IDENTITY_EXPERTS', 'PADDED_EXPERTS',
-           'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype',
-           'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules',
-           'output_norm_attr', 'output_norm_applies', 'identity_experts_applies', 'padded_experts_applies',
-           'with_score_func', 'expression_of', 'Expressed', 'swap_titan_moe']
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'IDENTITY_EXPERTS',
+           'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS', 'Expression',
+           'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'softcapped_glu_applies',
+           'non_gated_applies', 'non_gated_rules', 'output_norm_attr', 'output_norm_applies',
+           'identity_experts_applies', 'padded_experts_applies', 'with_score_func', 'expression_of', 'Expressed',
+           'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -259,6 +262,37 @@ CLAMPED_GLU = block_prototype(
     core_changes=(CLAMPED_GLU_CORE_CHANGE,),
     applies=clamped_glu_applies,
     build=_build_clamped_glu,
+)
+
+# %% ../nbs/00f_expression.ipynb #a3c14dc6
+def softcapped_glu_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for its experts' softcapped GLU (a shared expert, if any, the core's SwiGLU)."
+    if not (probe.level == "block" and probe.experts_format == "fused"):
+        return False
+    experts = getattr(block, probe.experts_attr)
+    if (gating := experts_gating(experts)) is None or softcapped_glu_of(experts, gating) is None:
+        return False
+    if (shared := _shared_mlp(block, probe)) is not None and not (
+        (gating := mlp_gating(shared)) is not None and plain_silu(gating)
+    ):
+        return False
+    as_core = dataclasses.replace(probe, activation="silu", issues=[])
+    return probe.issues == titan_blockers(probe) and not titan_blockers(as_core)
+
+
+def _build_softcapped_glu(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    titan = build_titan_moe(block, probe, gate_float32, share, config=titan_moe_config(probe, check=False))
+    experts, hf_experts = titan.routed_experts.inner_experts, getattr(block, probe.experts_attr)
+    experts.__class__ = ClampedGluGroupedExperts
+    experts.glu = softcapped_glu_of(hf_experts, experts_gating(hf_experts))
+    return titan
+
+
+SOFTCAPPED_GLU = block_prototype(
+    name="softcapped_glu_experts",
+    core_changes=(SOFTCAPPED_GLU_CORE_CHANGE,),
+    applies=softcapped_glu_applies,
+    build=_build_softcapped_glu,
 )
 
 # %% ../nbs/00f_expression.ipynb #c1a9e0g2
@@ -487,6 +521,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     GPT_OSS,
     LOGIT_BIAS,
     CLAMPED_GLU,
+    SOFTCAPPED_GLU,
     NON_GATED,
     OUTPUT_NORM,
     IDENTITY_EXPERTS,

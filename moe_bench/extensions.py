@@ -29,17 +29,18 @@ from torchtitan.ops.scatter_add import deterministic_scatter_add
 from torchtitan.protocols.sharding import ShardingConfig
 
 from .adapter import TensorRule, _apply, block_rules, rename
-from .moe_probe import MoEProbe
+from .moe_probe import SCORE_LOGITS, MoEProbe, score_fn_outputs
 from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'CLAMPED_GLU_CORE_CHANGE',
-           'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS', 'IDENTITY_EXPERTS_CORE_CHANGE',
-           'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher',
-           'Extension', 'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp',
-           'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts',
-           'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of',
-           'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'norm_form_of',
+           'CLAMPED_GLUS', 'SOFTCAPPED_GLU_CORE_CHANGE', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS',
+           'IDENTITY_EXPERTS_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
+           'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
+           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
+           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter', 'score_func_of',
+           'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating',
+           'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of',
            'OutputNorm', 'OutputNormMoE', 'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_', 'unpad_experts',
            'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter',
            'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
@@ -273,11 +274,8 @@ SCORE_FUNCS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # logits -> 
 
 def score_func_of(router: nn.Module) -> str | None:
     "The form of `SCORE_FUNCS` the HF router's own score function computes (a parameterless module it holds, run on a grid of logits), else None."
-    logits = torch.linspace(-30.0, 30.0, 6001)
-    for fn in (m for m in router.children() if not any(True for _ in m.parameters())):
-        with torch.no_grad():
-            out = fn(logits)
-        if found := [name for name, f in SCORE_FUNCS.items() if torch.equal(out, f(logits))]:
+    for out in score_fn_outputs(router, SCORE_LOGITS):
+        if found := [name for name, f in SCORE_FUNCS.items() if torch.equal(out, f(SCORE_LOGITS))]:
             return found[0]
     return None
 
@@ -410,10 +408,10 @@ def mlp_gating(mlp: nn.Module) -> Callable | None:
 
 
 class ClampedGluGroupedExperts(GroupedExperts):
-    "Prototype of the core change: `GroupedExperts` with a clamped GLU (`self.glu`) instead of the hard-coded SiLU."
+    "Prototype of the core change: `GroupedExperts` with a bounded GLU (`self.glu`: clamped, or softcapped) instead of the hard-coded SiLU."
 
     compute_in_input_dtype = False  # upstream computes in bfloat16; `cpu_compat` sets True, as for GroupedExperts
-    glu: ClampedGlu  # set on the instance by the expression that builds it
+    glu: ClampedGlu | SoftcappedGlu  # set on the instance by the expression that builds it
 
     def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
         dtype = x_RD.dtype if self.compute_in_input_dtype else torch.bfloat16
@@ -427,6 +425,49 @@ class ClampedGluFeedForward(FeedForward):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(self.glu(self.w1(x), self.w3(x)))
+
+# %% ../nbs/00e_extensions.ipynb #c48fe94a
+SOFTCAPPED_GLU_CORE_CHANGE = (
+    "softcapped_glu_experts: a GroupedExperts activation option beside clamped_glu_experts, bounding the gate's linear "
+    "factor and up with tanh softcaps (cap * tanh(x / cap)) while the sigmoid sees the raw gate, in float32 and "
+    "rounded once (inkling2)"
+)
+
+
+def _softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
+    return torch.tanh(x / cap) * cap
+
+
+class SoftcappedGlu(NamedTuple):
+    "`softcap(gate, gate_cap) * sigmoid(gate) * softcap(up, up_cap)` in float32, rounded once to the input dtype."
+
+    gate_cap: float
+    up_cap: float
+
+    def __call__(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        gate_f, up_f = gate.float(), up.float()
+        return (_softcap(gate_f, self.gate_cap) * torch.sigmoid(gate_f) * _softcap(up_f, self.up_cap)).to(gate.dtype)
+
+
+def _softcaps(module: nn.Module) -> list[float]:
+    "The number attributes named `*softcap*` of `module` and its submodules (HF's softcap modules), in module order."
+    return [
+        float(v) for m in module.modules() for k, v in vars(m).items() if "softcap" in k and type(v) in (int, float)
+    ]
+
+
+def softcapped_glu_of(
+    module: nn.Module, gating: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> SoftcappedGlu | None:
+    "The `SoftcappedGlu` HF's `gating` (gate, up) -> h computes bit for bit, with the two caps `module` holds; None if none."
+    caps = _softcaps(module)
+    if len(caps) != 2:
+        return None
+    gate_RF, up_RF = _gate_up_values(3 * max(caps))  # most values past both caps, where the caps tell apart
+    with torch.no_grad():
+        h_RF = gating(gate_RF, up_RF)
+    glus = (SoftcappedGlu(*caps), SoftcappedGlu(*caps[::-1]))  # which cap is the gate's: found by running HF's gating
+    return next((glu for glu in glus if torch.equal(glu(gate_RF, up_RF), h_RF)), None)
 
 # %% ../nbs/00e_extensions.ipynb #72eea5119410473aa328ad9291626812
 OUTPUT_NORM_CORE_CHANGE = "moe_output_norm: an MoE option applying an RMSNorm to its output (routed plus shared)"

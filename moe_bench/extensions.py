@@ -35,17 +35,17 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'CLAMPED_GLU_CORE_CHANGE',
            'CLAMPED_GLUS', 'SOFTCAPPED_GLU_CORE_CHANGE', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS',
-           'IDENTITY_EXPERTS_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
-           'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
-           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
-           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter', 'score_func_of',
-           'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating',
-           'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of',
-           'OutputNorm', 'OutputNormMoE', 'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_', 'unpad_experts',
-           'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter',
-           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
-           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
-           'layer_moe_sharding']
+           'IDENTITY_EXPERTS_CORE_CHANGE', 'PER_MODALITY_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE',
+           'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
+           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
+           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
+           'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating',
+           'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of',
+           'norm_form_of', 'OutputNorm', 'OutputNormMoE', 'IdentityTailGroupedExperts', 'routed_output',
+           'PerModalityMoE', 'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts',
+           'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE',
+           'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
+           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -71,7 +71,9 @@ class Extension:
 
 
 def _float32_combine(titan: MoE) -> None:
-    titan.routed_experts.token_dispatcher.__class__ = Float32CombineDispatcher
+    for moe in titan.modules():  # every MoE it holds (a per-modality MoE holds two)
+        if isinstance(moe, MoE):
+            moe.routed_experts.token_dispatcher.__class__ = Float32CombineDispatcher
 
 
 EXTENSIONS = [
@@ -544,6 +546,39 @@ class IdentityTailGroupedExperts(GroupedExperts):
         )
         out_RD = grouped_gated_mlp(experts, x_RD[:rows], num_tokens_per_expert_E[:computing], F.silu, dtype)
         return torch.cat([out_RD, x_RD[rows:].to(out_RD.dtype)])
+
+# %% ../nbs/00e_extensions.ipynb #5876fc23
+PER_MODALITY_CORE_CHANGE = (
+    "per_modality_moe: an MoE holding one router+experts per modality, tokens dispatched by a modality mask "
+    "(Ernie-4.5-VL's text and vision experts; the shared expert sees every token)"
+)
+
+
+def routed_output(moe: MoE, x_BLD: torch.Tensor) -> torch.Tensor:
+    "torchtitan's `MoE.forward` without the shared expert: the routed experts' combined output."
+    topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = moe.router(x_BLD, moe.expert_bias_E)
+    routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
+    num_local_tokens_per_expert_E = routing_map_BLE.sum(dim=(0, 1))
+    if moe.training:
+        with torch.no_grad():
+            moe.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
+    return moe.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
+
+
+class PerModalityMoE(MoE):
+    "Prototype of the core change: torchtitan's `MoE` routing mask-0 tokens itself and the others through `modality_moe`."
+
+    modality_moe: MoE  # the second modality's router and experts (no shared expert), set by the expression
+
+    def forward(self, x_BLD: torch.Tensor, modality_mask_BL: torch.Tensor | None = None) -> torch.Tensor:
+        other_BL = torch.zeros(x_BLD.shape[:2], dtype=torch.bool, device=x_BLD.device)
+        if modality_mask_BL is not None:
+            other_BL = modality_mask_BL.bool()
+        out_BLD = torch.zeros_like(x_BLD)
+        for moe, tokens_BL in ((self, ~other_BL), (self.modality_moe, other_BL)):
+            if tokens_BL.any():  # each modality's tokens, in their order, as one sequence
+                out_BLD[tokens_BL] = routed_output(moe, x_BLD[tokens_BL].unsqueeze(0)).squeeze(0)
+        return out_BLD if self.shared_experts is None else out_BLD + self.shared_experts(x_BLD)
 
 # %% ../nbs/00e_extensions.ipynb #b118ea5561624da68c537baed56e602f
 PADDED_EXPERTS_CORE_CHANGE = (

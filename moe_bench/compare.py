@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -21,18 +21,27 @@ from .adapter import TITAN_EXPERT_BIAS, TITAN_EXPERTS, TITAN_ROUTER, TITAN_SHARE
 from .core import cast_copy, hidden_of, in_dtype, randomize_, worst_status
 from .expression import CORE, Expression, expression_of
 from .extensions import EXTENSIONS, Extension, applicable_extensions, combined
-from .hf import build_model, decoder_layers, meta_model, moe_attr_name, moe_block, moe_layer_indices
+from moe_bench.hf import (
+    build_model,
+    decoder_layers,
+    meta_model,
+    moe_attr_name,
+    moe_block,
+    moe_layer_indices,
+    nested_moe_blocks,
+)
 from .moe_probe import MoEProbe, probe_moe_block
 
 # %% auto #0
-__all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'MUTATIONS', 'DTYPES', 'F32_COMBINE',
-           'REFERENCE_DTYPE', 'verdict', 'output_metrics', 'rel_l2', 'eager_experts', 'hf_float64_output', 'strict',
-           'in_hf_units', 'logit_metrics', 'hf_router_gate_float32', 'hf_router_gate', 'capture_topk_ids',
-           'routing_agreement', 'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block',
-           'memory_shortfall', 'HFReference', 'hf_reference', 'compare_moe_block', 'swap_gate_up', 'mutations',
-           'first_mutation', 'StrictRefs', 'experts_in_input_dtype', 'strict_runs', 'mutation_sweep', 'strict_refs',
-           'extension_check', 'with_extension', 'cast_floats', 'layer_reference', 'layer_with', 'InModelRun',
-           'hf_in_model', 'compare_in_model', 'in_model_strict', 'in_model_check', 'compare_in_layer']
+__all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'MODALITY_PREFIX', 'MUTATIONS', 'DTYPES',
+           'F32_COMBINE', 'REFERENCE_DTYPE', 'verdict', 'output_metrics', 'rel_l2', 'eager_experts',
+           'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics', 'hf_router_gate_float32', 'hf_router_gate',
+           'hf_routers_gate', 'capture_topk_ids', 'routing_agreement', 'meta_moe_block', 'materialize_', 'moe_input',
+           'synthetic_moe_block', 'memory_shortfall', 'HFReference', 'hf_reference', 'compare_moe_block',
+           'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs', 'experts_in_input_dtype', 'strict_runs',
+           'mutation_sweep', 'strict_refs', 'extension_check', 'with_extension', 'cast_floats', 'layer_reference',
+           'layer_with', 'InModelRun', 'hf_in_model', 'compare_in_model', 'in_model_strict', 'in_model_check',
+           'compare_in_layer']
 
 # %% ../nbs/00h_compare.ipynb #4516c348
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -135,6 +144,15 @@ def hf_router_gate_float32(router: nn.Module):
 def hf_router_gate(router: nn.Module, probe: MoEProbe) -> AbstractContextManager:
     "HF's router gate in the dtype its probe says (`router_gate_dtype`): float32 as `hf_router_gate_float32`, or as it is."
     return hf_router_gate_float32(router) if probe.router_gate_dtype == "float32" else nullcontext()
+
+
+@contextmanager
+def hf_routers_gate(block: nn.Module, probe: MoEProbe):
+    "`hf_router_gate` on the HF block's router, or on each modality block's where it is split by modality."
+    with ExitStack() as stack:
+        for owner in [getattr(block, n) for n in nested_moe_blocks(block)] or [block]:
+            stack.enter_context(hf_router_gate(getattr(owner, probe.router_attr), probe))
+        yield
 
 # %% ../nbs/00h_compare.ipynb #8c6a8fa9
 def _int_tensor(out) -> torch.Tensor | None:
@@ -294,6 +312,19 @@ def _expert_keys(sd: dict) -> list[str]:
     return [k for k in sd if k.startswith(f"{TITAN_EXPERTS}.")]
 
 
+MODALITY_PREFIX = "modality_moe."  # the per_modality_moe prototype's second modality
+
+
+def _swapped_modalities(sd: dict) -> dict:
+    "Each tensor of the second modality's MoE and its first-modality twin, exchanged (where their shapes agree)."
+    out = {}
+    for k in sd:
+        twin = f"{MODALITY_PREFIX}{k}"
+        if twin in sd and sd[twin].shape == sd[k].shape:
+            out[k], out[twin] = sd[twin], sd[k]
+    return out
+
+
 MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = {  # name: (applies to sd, rewrite)
     "gate/up halves swapped": (  # experts without a gate (the non_gated_experts prototype) have none to swap
         lambda sd: f"{TITAN_EXPERTS}.w3_EFD" in sd or f"{TITAN_EXPERTS}.mlp1_weight_EGD" in sd,
@@ -333,6 +364,10 @@ MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = { 
     "output norm weight reset to ones": (  # the moe_output_norm prototype's own tensor
         lambda sd: "output_norm_D" in sd,
         lambda sd: _map(sd, ["output_norm_D"], torch.ones_like),
+    ),
+    "modalities swapped": (  # the per_modality_moe prototype: each modality's router and experts given the other's
+        lambda sd: any(k.startswith(MODALITY_PREFIX) for k in sd),
+        lambda sd: dict(sd) | _swapped_modalities(sd),
     ),
     "square expert layout transposed": (
         lambda sd: any(sd[k].ndim == 3 and sd[k].shape[1] == sd[k].shape[2] for k in _expert_keys(sd)),
@@ -517,7 +552,7 @@ def layer_reference(
         lambda m, a, o: seen.__setitem__("ref", hidden_of(o))
     )
     try:
-        with torch.no_grad(), hf_router_gate(getattr(moe_block(layer), probe.router_attr), probe):
+        with torch.no_grad(), hf_routers_gate(moe_block(layer), probe):
             layer(*cast_floats(called["args"], dtype, True), **cast_floats(called["kwargs"], dtype, True))
     finally:
         hook.remove()
@@ -566,8 +601,8 @@ def hf_in_model(hf_model: nn.Module, expression: Expression, probe: MoEProbe, dt
     ]
     ids = torch.randint(0, hf.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(seed))
     try:
-        with torch.no_grad(), hf_router_gate(getattr(moe_block(layer), probe.router_attr), probe):
-            hf(input_ids=ids)
+        with torch.no_grad(), hf_routers_gate(moe_block(layer), probe):
+            hf(input_ids=ids, **expression.model_inputs(moe_block(layer), ids))
     finally:
         for h in hooks:
             h.remove()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -36,8 +37,10 @@ from moe_bench.extensions import (
     NON_GATED_CORE_CHANGE,
     OUTPUT_NORM_CORE_CHANGE,
     PADDED_EXPERTS_CORE_CHANGE,
+    PER_MODALITY_CORE_CHANGE,
     SCORE_BEFORE_EXPERTS_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
+    SOFTCAPPED_GLU_CORE_CHANGE,
     SPARSEMIXER_CORE_CHANGE,
     ClampedGluFeedForward,
     ClampedGluGroupedExperts,
@@ -45,6 +48,7 @@ from moe_bench.extensions import (
     InputDtypeGptOssExperts,
     LogitBiasRouter,
     OutputNormMoE,
+    PerModalityMoE,
     ScoreBeforeExpertsDispatcher,
     ScoreBeforeExpertsRouter,
     ScoreFuncRouter,
@@ -65,12 +69,22 @@ from moe_bench.extensions import (
     padded_width,
     plain_silu,
     score_func_of,
+    softcapped_glu_of,
     sparsemixer_eps_of,
     swap_layer_moe,
     unpad_experts,
 )
-from .hf import decoder_layers, moe_attr_name, moe_block
-from .moe_probe import TITAN_SCORE_FUNCS, MoEProbe, probe_moe_block, titan_blockers, unclaimed_tensors
+from .hf import decoder_layers, moe_attr_name, moe_block, nested_moe_blocks
+from moe_bench.moe_probe import (
+    TITAN_SCORE_FUNCS,
+    MoEProbe,
+    probe_experts,
+    probe_moe_block,
+    probe_shared_experts,
+    resolve_returns,
+    titan_blockers,
+    unclaimed_tensors,
+)
 from moe_bench.replacement import (
     SWIGLU_ALPHA,
     as_hf_block,
@@ -82,11 +96,12 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'SCORE_BEFORE_EXPERTS', 'IDENTITY_EXPERTS',
-           'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER', 'LAYER_MOE', 'EXPRESSIONS',
-           'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies',
-           'non_gated_applies', 'non_gated_rules', 'output_norm_attr', 'output_norm_applies',
-           'score_before_experts_applies', 'identity_experts_applies', 'padded_experts_applies', 'with_score_func',
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'SCORE_BEFORE_EXPERTS',
+           'IDENTITY_EXPERTS', 'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER',
+           'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
+           'clamped_glu_applies', 'softcapped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_norm_attr',
+           'output_norm_applies', 'score_before_experts_applies', 'identity_experts_applies', 'per_modality_applies',
+           'PerModalityBlock', 'mixed_modality_inputs', 'padded_experts_applies', 'with_score_func',
            'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
@@ -111,6 +126,9 @@ class Expression:
     )
     sharding: Callable[[object], None] = lambda cfg: None  # TP layouts of its own tensors, added to that config
     adaptation: str = ""  # what its build changes in torchtitan's module to run here at all, and why
+    model_inputs: Callable[[nn.Module, torch.Tensor], dict] = (  # (HF block, token ids): what else the model takes
+        lambda block, ids: {}  # beside the ids in the in-model comparison (a modality mask); nothing for most
+    )
 
     @property
     def in_torchtitan(self) -> bool:
@@ -266,6 +284,37 @@ CLAMPED_GLU = block_prototype(
     core_changes=(CLAMPED_GLU_CORE_CHANGE,),
     applies=clamped_glu_applies,
     build=_build_clamped_glu,
+)
+
+# %% ../nbs/00f_expression.ipynb #a3c14dc6
+def softcapped_glu_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for its experts' softcapped GLU (a shared expert, if any, the core's SwiGLU)."
+    if not (probe.level == "block" and probe.experts_format == "fused"):
+        return False
+    experts = getattr(block, probe.experts_attr, None)  # none where the block is split by modality
+    if experts is None or (gating := experts_gating(experts)) is None or softcapped_glu_of(experts, gating) is None:
+        return False
+    if (shared := _shared_mlp(block, probe)) is not None and not (
+        (gating := mlp_gating(shared)) is not None and plain_silu(gating)
+    ):
+        return False
+    as_core = dataclasses.replace(probe, activation="silu", issues=[])
+    return probe.issues == titan_blockers(probe) and not titan_blockers(as_core)
+
+
+def _build_softcapped_glu(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    titan = build_titan_moe(block, probe, gate_float32, share, config=titan_moe_config(probe, check=False))
+    experts, hf_experts = titan.routed_experts.inner_experts, getattr(block, probe.experts_attr)
+    experts.__class__ = ClampedGluGroupedExperts
+    experts.glu = softcapped_glu_of(hf_experts, experts_gating(hf_experts))
+    return titan
+
+
+SOFTCAPPED_GLU = block_prototype(
+    name="softcapped_glu_experts",
+    core_changes=(SOFTCAPPED_GLU_CORE_CHANGE,),
+    applies=softcapped_glu_applies,
+    build=_build_softcapped_glu,
 )
 
 # %% ../nbs/00f_expression.ipynb #c1a9e0g2
@@ -434,6 +483,113 @@ IDENTITY_EXPERTS = block_prototype(
     build=_build_identity_experts,
 )
 
+# %% ../nbs/00f_expression.ipynb #766de8f1
+def _modality_probes(block: nn.Module, probe: MoEProbe) -> tuple[MoEProbe, MoEProbe]:
+    "Probes of the first modality's MoE (with the block's shared expert) and of the second's (its own expert width)."
+    second = getattr(block, nested_moe_blocks(block)[1])
+    width = probe_experts(second.experts, probe.hidden_size)["moe_intermediate_size"]
+    first = dataclasses.replace(probe, issues=[], **probe_shared_experts(block))
+    return first, dataclasses.replace(probe, issues=[], moe_intermediate_size=width)
+
+
+def per_modality_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The block holds one core-expressible MoE block per modality (two, of one class) and at most a plain shared expert."
+    names = nested_moe_blocks(block)
+    if probe.level != "block" or len(names) != 2 or len(probe.issues) != 1 or titan_blockers(probe):
+        return False  # the one issue: the split by modality
+    first, second = (getattr(block, n) for n in names)
+    if type(first) is not type(second) or getattr(second, "experts", None) is None:
+        return False
+    ex_first, ex_second = (probe_experts(b.experts, probe.hidden_size) for b in (first, second))
+    if {k: v for k, v in ex_first.items() if k != "moe_intermediate_size"} != {
+        k: v for k, v in ex_second.items() if k != "moe_intermediate_size"
+    }:
+        return False
+    text, vision = _modality_probes(block, probe)
+    shared = _shared_mlp(block, text)
+    if shared is not None and not ((gating := mlp_gating(shared)) is not None and plain_silu(gating)):
+        return False
+    return not titan_blockers(text) and not titan_blockers(vision)
+
+
+def _modality_states(block: nn.Module) -> tuple[dict, dict]:
+    "The block's tensors in each modality block's own keys (the shared expert's with the first modality's)."
+    second = nested_moe_blocks(block)[1]
+    first = nested_moe_blocks(block)[0]
+    sd = block.state_dict()
+    own = {k: v for k, v in sd.items() if not k.startswith(f"{second}.")}
+    return (
+        {k.removeprefix(f"{first}."): v for k, v in own.items()},
+        {k.removeprefix(f"{second}."): v for k, v in sd.items() if k.startswith(f"{second}.")},
+    )
+
+
+def _build_per_modality(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    parts = []
+    for p, hf_sd in zip(_modality_probes(block, probe), _modality_states(block), strict=True):
+        with torch.device("meta"):
+            moe = titan_moe_config(p).build()
+        parts.append(load_titan_state_(moe, hf_block_to_titan(hf_sd, p), p.num_experts, gate_float32, share))
+    titan = parts[0]
+    titan.__class__, titan.modality_moe = PerModalityMoE, parts[1]
+    return titan
+
+
+def _export_per_modality(titan: MoE, block: nn.Module, probe: MoEProbe) -> dict:
+    first, second = nested_moe_blocks(block)
+    text, vision = _modality_probes(block, probe)
+    sd, inner = dict(titan.state_dict()), "modality_moe."
+    text_hf = titan_block_to_hf({k: v for k, v in sd.items() if not k.startswith(inner)}, text)
+    vision_hf = titan_block_to_hf({k.removeprefix(inner): v for k, v in sd.items() if k.startswith(inner)}, vision)
+    shared = f"{text.shared_attr}." if text.shared_attr else None
+    return {(k if shared and k.startswith(shared) else f"{first}.{k}"): v for k, v in text_hf.items()} | {
+        f"{second}.{k}": v for k, v in vision_hf.items()
+    }
+
+
+class PerModalityBlock(PerModalityMoE):
+    "A `PerModalityMoE` in HF's block's place: called with the hidden states and the modality mask, returning as HF's block."
+
+    returns_tuple = False  # HF's block returned `(hidden, router logits)`: return `(output, None)`
+
+    def forward(self, x_BLD: torch.Tensor, modality_mask_BL: torch.Tensor | None = None):
+        out_BLD = super().forward(x_BLD.contiguous(), modality_mask_BL)
+        return (out_BLD, None) if self.returns_tuple else out_BLD
+
+
+_PER_MODALITY_DROP_INS: dict[type, type] = {}
+
+
+def _swap_per_modality(layer: nn.Module, attr: str, titan: MoE, probe: MoEProbe) -> None:
+    "Put `titan` in the layer as a `PerModalityBlock` that is also of HF's block class (HF's layer checks it)."
+    # HF's layer hands the modality mask only to an instance of its own block class (`isinstance(self.mlp, ...)`),
+    # anything else gets the hidden states alone; HF's code runs unchanged, the module in its slot answers the check
+    hf_cls = type(getattr(layer, attr))
+    if hf_cls not in _PER_MODALITY_DROP_INS.values():
+        drop_in = type(f"PerModality{hf_cls.__name__}", (PerModalityBlock, hf_cls), {})
+        hf_cls = _PER_MODALITY_DROP_INS.setdefault(hf_cls, drop_in)
+    titan.__class__, titan.returns_tuple = hf_cls, resolve_returns(getattr(layer, attr)) == "tuple"
+    setattr(layer, attr, titan)
+
+
+def mixed_modality_inputs(block: nn.Module, ids: torch.Tensor) -> dict:
+    "A modality mask with both modalities in every sequence (its middle half the second), named as HF's block takes it."
+    name = list(inspect.signature(type(block).forward).parameters)[2]  # (self, hidden_states, mask)
+    mask_BL = torch.zeros_like(ids)
+    mask_BL[:, ids.shape[1] // 4 : 3 * ids.shape[1] // 4] = 1
+    return {name: mask_BL}
+
+
+PER_MODALITY = block_prototype(
+    name="per_modality_moe",
+    core_changes=(PER_MODALITY_CORE_CHANGE,),
+    applies=per_modality_applies,
+    build=_build_per_modality,
+    export=_export_per_modality,
+    swap=_swap_per_modality,
+    model_inputs=mixed_modality_inputs,
+)
+
 # %% ../nbs/00f_expression.ipynb #b118ea5561624da68c537baed56e602f
 def _as_padded(probe: MoEProbe) -> MoEProbe:
     padded = dataclasses.replace(probe, moe_intermediate_size=padded_width(probe.moe_intermediate_size), issues=[])
@@ -552,10 +708,12 @@ EXPRESSIONS: tuple[Expression, ...] = (
     GPT_OSS,
     LOGIT_BIAS,
     CLAMPED_GLU,
+    SOFTCAPPED_GLU,
     NON_GATED,
     OUTPUT_NORM,
     SCORE_BEFORE_EXPERTS,
     IDENTITY_EXPERTS,
+    PER_MODALITY,
     PADDED_EXPERTS,
     SCORE_FUNC,
     SCORE_FUNC_CLAMPED_GLU,

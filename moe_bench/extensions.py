@@ -30,20 +30,21 @@ from torchtitan.ops.scatter_add import deterministic_scatter_add
 from torchtitan.protocols.sharding import ShardingConfig
 
 from .adapter import TensorRule, _apply, block_rules, rename
-from .moe_probe import MoEProbe
+from .moe_probe import SCORE_LOGITS, MoEProbe, score_fn_outputs
 from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'SPARSEMIXER_CORE_CHANGE',
-           'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS',
-           'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE',
-           'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
-           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
-           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
-           'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter',
-           'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts',
-           'ClampedGluFeedForward', 'norm_form_of', 'OutputNormMoE', 'output_norm_sharding', 'ScoreBeforeExpertsRouter',
-           'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_',
+           'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'SOFTCAPPED_GLU_CORE_CHANGE', 'OUTPUT_NORM_CORE_CHANGE',
+           'NORM_FORMS', 'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'PER_MODALITY_CORE_CHANGE',
+           'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher',
+           'Extension', 'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp',
+           'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts',
+           'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of',
+           'SparseMixerRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating',
+           'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of',
+           'OutputNormMoE', 'output_norm_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
+           'IdentityTailGroupedExperts', 'routed_output', 'PerModalityMoE', 'padded_width', 'pad_experts_',
            'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter',
            'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
            'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
@@ -76,13 +77,16 @@ _FLOAT32_COMBINED: dict[type, type] = {LocalTokenDispatcher: Float32CombineDispa
 
 
 def _float32_combine(titan: MoE) -> None:
-    dispatcher = titan.routed_experts.token_dispatcher
-    cls = type(dispatcher)
-    if cls not in _FLOAT32_COMBINED.values():  # a prototype's dispatcher keeps its own dispatch and combine, the
-        # float32 combine beneath them (`super().combine`): `score_before_experts` combines with weight 1 on top of it
-        if cls not in _FLOAT32_COMBINED:
-            _FLOAT32_COMBINED[cls] = type(f"Float32Combine{cls.__name__}", (cls, Float32CombineDispatcher), {})
-        dispatcher.__class__ = _FLOAT32_COMBINED[cls]
+    for moe in titan.modules():  # every MoE it holds (a per-modality MoE holds two)
+        if not isinstance(moe, MoE):
+            continue
+        dispatcher = moe.routed_experts.token_dispatcher
+        cls = type(dispatcher)
+        if cls not in _FLOAT32_COMBINED.values():  # a prototype's dispatcher keeps its own dispatch and combine, the
+            # float32 combine beneath them (`super().combine`): `score_before_experts` combines with weight 1 on top of it
+            if cls not in _FLOAT32_COMBINED:
+                _FLOAT32_COMBINED[cls] = type(f"Float32Combine{cls.__name__}", (cls, Float32CombineDispatcher), {})
+            dispatcher.__class__ = _FLOAT32_COMBINED[cls]
 
 
 EXTENSIONS = [
@@ -285,11 +289,8 @@ SCORE_FUNCS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # logits -> 
 
 def score_func_of(router: nn.Module) -> str | None:
     "The form of `SCORE_FUNCS` the HF router's own score function computes (a parameterless module it holds, run on a grid of logits), else None."
-    logits = torch.linspace(-30.0, 30.0, 6001)
-    for fn in (m for m in router.children() if not any(True for _ in m.parameters())):
-        with torch.no_grad():
-            out = fn(logits)
-        if found := [name for name, f in SCORE_FUNCS.items() if torch.equal(out, f(logits))]:
+    for out in score_fn_outputs(router, SCORE_LOGITS):
+        if found := [name for name, f in SCORE_FUNCS.items() if torch.equal(out, f(SCORE_LOGITS))]:
             return found[0]
     return None
 
@@ -499,10 +500,10 @@ def mlp_gating(mlp: nn.Module) -> Callable | None:
 
 
 class ClampedGluGroupedExperts(GroupedExperts):
-    "Prototype of the core change: `GroupedExperts` with a clamped GLU (`self.glu`) instead of the hard-coded SiLU."
+    "Prototype of the core change: `GroupedExperts` with a bounded GLU (`self.glu`: clamped, or softcapped) instead of the hard-coded SiLU."
 
     compute_in_input_dtype = False  # upstream computes in bfloat16; `cpu_compat` sets True, as for GroupedExperts
-    glu: ClampedGlu  # set on the instance by the expression that builds it
+    glu: ClampedGlu | SoftcappedGlu  # set on the instance by the expression that builds it
 
     def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
         dtype = x_RD.dtype if self.compute_in_input_dtype else torch.bfloat16
@@ -516,6 +517,49 @@ class ClampedGluFeedForward(FeedForward):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(self.glu(self.w1(x), self.w3(x)))
+
+# %% ../nbs/00e_extensions.ipynb #c48fe94a
+SOFTCAPPED_GLU_CORE_CHANGE = (
+    "softcapped_glu_experts: a GroupedExperts activation option beside clamped_glu_experts, bounding the gate's linear "
+    "factor and up with tanh softcaps (cap * tanh(x / cap)) while the sigmoid sees the raw gate, in float32 and "
+    "rounded once (inkling2)"
+)
+
+
+def _softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
+    return torch.tanh(x / cap) * cap
+
+
+class SoftcappedGlu(NamedTuple):
+    "`softcap(gate, gate_cap) * sigmoid(gate) * softcap(up, up_cap)` in float32, rounded once to the input dtype."
+
+    gate_cap: float
+    up_cap: float
+
+    def __call__(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        gate_f, up_f = gate.float(), up.float()
+        return (_softcap(gate_f, self.gate_cap) * torch.sigmoid(gate_f) * _softcap(up_f, self.up_cap)).to(gate.dtype)
+
+
+def _softcaps(module: nn.Module) -> list[float]:
+    "The number attributes named `*softcap*` of `module` and its submodules (HF's softcap modules), in module order."
+    return [
+        float(v) for m in module.modules() for k, v in vars(m).items() if "softcap" in k and type(v) in (int, float)
+    ]
+
+
+def softcapped_glu_of(
+    module: nn.Module, gating: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> SoftcappedGlu | None:
+    "The `SoftcappedGlu` HF's `gating` (gate, up) -> h computes bit for bit, with the two caps `module` holds; None if none."
+    caps = _softcaps(module)
+    if len(caps) != 2:
+        return None
+    gate_RF, up_RF = _gate_up_values(3 * max(caps))  # most values past both caps, where the caps tell apart
+    with torch.no_grad():
+        h_RF = gating(gate_RF, up_RF)
+    glus = (SoftcappedGlu(*caps), SoftcappedGlu(*caps[::-1]))  # which cap is the gate's: found by running HF's gating
+    return next((glu for glu in glus if torch.equal(glu(gate_RF, up_RF), h_RF)), None)
 
 # %% ../nbs/00e_extensions.ipynb #72eea5119410473aa328ad9291626812
 OUTPUT_NORM_CORE_CHANGE = "moe_output_norm: an MoE option applying an RMSNorm to its output (routed plus shared)"
@@ -628,6 +672,39 @@ class IdentityTailGroupedExperts(GroupedExperts):
         )
         out_RD = grouped_gated_mlp(experts, x_RD[:rows], num_tokens_per_expert_E[:computing], F.silu, dtype)
         return torch.cat([out_RD, x_RD[rows:].to(out_RD.dtype)])
+
+# %% ../nbs/00e_extensions.ipynb #5876fc23
+PER_MODALITY_CORE_CHANGE = (
+    "per_modality_moe: an MoE holding one router+experts per modality, tokens dispatched by a modality mask "
+    "(Ernie-4.5-VL's text and vision experts; the shared expert sees every token)"
+)
+
+
+def routed_output(moe: MoE, x_BLD: torch.Tensor) -> torch.Tensor:
+    "torchtitan's `MoE.forward` without the shared expert: the routed experts' combined output."
+    topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = moe.router(x_BLD, moe.expert_bias_E)
+    routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
+    num_local_tokens_per_expert_E = routing_map_BLE.sum(dim=(0, 1))
+    if moe.training:
+        with torch.no_grad():
+            moe.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
+    return moe.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
+
+
+class PerModalityMoE(MoE):
+    "Prototype of the core change: torchtitan's `MoE` routing mask-0 tokens itself and the others through `modality_moe`."
+
+    modality_moe: MoE  # the second modality's router and experts (no shared expert), set by the expression
+
+    def forward(self, x_BLD: torch.Tensor, modality_mask_BL: torch.Tensor | None = None) -> torch.Tensor:
+        other_BL = torch.zeros(x_BLD.shape[:2], dtype=torch.bool, device=x_BLD.device)
+        if modality_mask_BL is not None:
+            other_BL = modality_mask_BL.bool()
+        out_BLD = torch.zeros_like(x_BLD)
+        for moe, tokens_BL in ((self, ~other_BL), (self.modality_moe, other_BL)):
+            if tokens_BL.any():  # each modality's tokens, in their order, as one sequence
+                out_BLD[tokens_BL] = routed_output(moe, x_BLD[tokens_BL].unsqueeze(0)).squeeze(0)
+        return out_BLD if self.shared_experts is None else out_BLD + self.shared_experts(x_BLD)
 
 # %% ../nbs/00e_extensions.ipynb #b118ea5561624da68c537baed56e602f
 PADDED_EXPERTS_CORE_CHANGE = (

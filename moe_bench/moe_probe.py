@@ -20,12 +20,13 @@ from transformers import PretrainedConfig
 from .hf import nested_moe_blocks, router_name
 
 # %% auto #0
-__all__ = ['ROUTE_NORM_KINDS', 'SCORED_INPUT_GATE', 'SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'SCORE_BIAS_NAMES',
-           'ROUTE_SCALE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS', 'GROUPED_MM_ALIGN', 'BLOCKERS', 'MoEProbe',
-           'resolve_score_func', 'resolve_route_norm', 'resolve_route_norm_eps', 'resolve_score_bias_on',
-           'resolve_returns', 'resolve_router_gate', 'resolve_experts_dtypes', 'resolve_gate', 'probe_experts',
-           'probe_shared_experts', 'resolve_route_scale', 'router_weight_key', 'Blocker', 'titan_blockers',
-           'probe_moe_block', 'layer_level_blockers', 'unclaimed_tensors', 'attention_kind']
+__all__ = ['SCORE_LOGITS', 'ROUTE_NORM_KINDS', 'SCORED_INPUT_GATE', 'SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES',
+           'SCORE_BIAS_NAMES', 'ROUTE_SCALE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS', 'GROUPED_MM_ALIGN',
+           'BLOCKERS', 'MoEProbe', 'score_fn_outputs', 'resolve_score_func', 'resolve_route_norm',
+           'resolve_route_norm_eps', 'resolve_score_bias_on', 'resolve_returns', 'resolve_router_gate',
+           'resolve_experts_dtypes', 'resolve_gate', 'probe_experts', 'probe_shared_experts', 'resolve_route_scale',
+           'router_weight_key', 'Blocker', 'titan_blockers', 'probe_moe_block', 'layer_level_blockers',
+           'unclaimed_tensors', 'attention_kind']
 
 # %% ../nbs/00b_moe_probe.ipynb #46e04695
 @dataclass(kw_only=True)
@@ -128,8 +129,18 @@ def _source(obj) -> str:
 _ROUTING_FUNCS = ("sparsemixer",)  # routing functions known by name (phimoe's); `00e_extensions` runs HF's to confirm
 
 
+SCORE_LOGITS = torch.linspace(-30.0, 30.0, 6001)  # the logits a router's own score function is run on
+
+
+def score_fn_outputs(router: nn.Module, logits: torch.Tensor) -> list[torch.Tensor]:
+    "Each of the router's stateless child modules (where `self.score_fn = ACT2FN[...]` lives) run on `logits`."
+    stateless = [m for m in router.children() if not any(True for _ in m.parameters()) and not list(m.buffers())]
+    with torch.no_grad():
+        return [fn(logits) for fn in stateless]
+
+
 def resolve_score_func(router: nn.Module, block: nn.Module) -> str:
-    "The scoring function the router's or block's code applies to the router logits (a routing function it calls by name)."
+    "The scoring function the router's or block's code applies to the router logits (a routing function it calls by name; where it calls a module, the function that module computes)."
     for src in (_source(router), _source(block)):
         if named := [f for f in _ROUTING_FUNCS if re.search(rf"\b{f}\(", src)]:
             return named[0]
@@ -143,6 +154,10 @@ def resolve_score_func(router: nn.Module, block: nn.Module) -> str:
             return found[0]
         if found:
             return "+".join(found)
+    core = dict(softmax=lambda x: torch.softmax(x, dim=-1), sigmoid=torch.sigmoid)
+    for out in score_fn_outputs(router, SCORE_LOGITS):  # `self.score_fn(logits)`: the code does not say which
+        if found := [f for f, fn in core.items() if torch.equal(out, fn(SCORE_LOGITS))]:
+            return found[0]
     return "unknown"
 
 

@@ -33,15 +33,16 @@ from moe_bench.extensions import (
     clamped_swiglu_mlp,
     grouped_gated_mlp,
 )
-from .moe_probe import MoEProbe
+from .moe_probe import STACKED_EXPERT_LAYOUTS, MoEProbe
 from .replacement import Float32Gate
 from .traces import Trace, capture_hf, hf_row_pairs, trace_moe
 
 # %% auto #0
 __all__ = ['ALIGN', 'TITAN_ROUTE_NORM_EPS', 'PATCHES', 'torchtitan_digest', 'patch_attr', 'f32_combine', 'token_order_combine',
            'topk_sorted', 'router_gate_float32', 'experts_input_dtype', 'experts_float32', 'fused_gate_up',
-           'activation_float32', 'hf_clamped_glu', 'scale_on_output', 'route_norm_epsilon', 'softmax_over_topk',
-           'hf_row_order', 'Patch', 'patch_context', 'all_patches', 'measure', 'kernel_check', 'gap_table']
+           'hf_down_operand', 'glu_per_expert', 'activation_float32', 'hf_clamped_glu', 'scale_on_output',
+           'route_norm_epsilon', 'softmax_over_topk', 'hf_row_order', 'Patch', 'patch_context', 'all_patches',
+           'measure', 'kernel_check', 'gap_table']
 
 # %% ../nbs/03b_alignment.ipynb #920e359e
 def torchtitan_digest() -> str:
@@ -75,6 +76,8 @@ ALIGN = dict(
     combine_token_order=False,
     experts_dtype="bfloat16",
     experts_fused_gate_up=False,
+    experts_down_transposed=False,
+    experts_glu_per_expert=False,
     experts_hf_layout="standard",
     experts_act_f32=False,
     experts_hf_glu=False,
@@ -190,6 +193,8 @@ def _aligned_experts_forward(self, x_RD, num_tokens_per_expert_E):
         dtype,
         glu_float32=ALIGN["experts_act_f32"],
         fused_gate_up=ALIGN["experts_fused_gate_up"],
+        transposed_down=ALIGN["experts_down_transposed"],
+        glu_per_expert=ALIGN["experts_glu_per_expert"],
         transposed_operands=ALIGN["experts_hf_layout"] == "transposed",
         keep_dtype=ALIGN["experts_dtype"] == "float32",
         glu=getattr(self, "glu", None),  # the clamped_glu_experts prototype's GLU, where it is one
@@ -246,6 +251,25 @@ def fused_gate_up(titan=None, probe=None):
         experts_fused_gate_up=True, experts_hf_layout=probe.expert_layout if probe is not None else "standard"
     ):
         yield
+
+
+@contextmanager
+def hf_down_operand(titan=None, probe=None):
+    "Patch (kernel alignment): the down projection's operand laid out as HF multiplies it (dbrx: `h @ w2`, (I, H) rows)."
+    with _aligned_experts(experts_down_transposed=True):
+        yield
+
+
+@contextmanager
+def glu_per_expert(titan=None, probe=None):
+    "Patch (kernel alignment): act(gate) * up evaluated on each expert's rows apart, as HF's per-expert loop (dbrx)."
+    with _aligned_experts(experts_glu_per_expert=True):
+        yield
+
+
+def _layout_row(p) -> dict:
+    "The probe's row of `STACKED_EXPERT_LAYOUTS` (empty for the fused layouts)."
+    return STACKED_EXPERT_LAYOUTS.get(p.expert_layout, {})
 
 
 @contextmanager
@@ -331,7 +355,11 @@ class Patch:
 
 PATCHES = (
     Patch(
-        "router gate f32", "router gate in float32 on CPU (autocast to float32 is a no-op there)", router_gate_float32
+        "router gate f32",
+        "router gate in float32 on CPU (autocast to float32 is a no-op there)",
+        router_gate_float32,
+        lambda p, dt: p.gate_float32,
+        "blocks whose HF gate runs in float32 (dbrx's and jetmoe's code keep the gate's dtype)",
     ),
     Patch(
         "f32 combine",
@@ -394,6 +422,23 @@ PATCHES = (
         "kernel align: fused gate-up",
         "gate and up from one grouped matmul on cat(w1, w3), as HF's kernel",
         fused_gate_up,
+        lambda p, dt: _layout_row(p).get("fused_gate_up", True),
+        "experts computing gate and up in one matmul (not dbrx's two)",
+    ),
+    Patch(
+        "kernel align: HF's down operand",
+        "the down projection's operand in HF's layout, as HF multiplies it",
+        hf_down_operand,
+        lambda p, dt: _layout_row(p).get("down_operand") == "transposed",
+        "experts whose down projection is stored (I, H) per expert and used as h @ w2 (dbrx)",
+    ),
+    Patch(
+        "kernel align: GLU per expert",
+        "act(gate) * up on each expert's rows apart, as HF's per-expert loop (an elementwise kernel's rounding can"
+        " depend on the extent of the tensor it runs over)",
+        glu_per_expert,
+        lambda p, dt: _layout_row(p).get("glu_per_expert", False),
+        "eager loops that evaluate the activation per expert on contiguous rows (dbrx)",
     ),
     Patch(
         "kernel align: HF's row order",
@@ -437,7 +482,7 @@ def measure(
     hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor, hf_capture: dict | None = None
 ) -> tuple[dict, Trace]:
     "max_diff, KL and first divergence of Titan against HF on `x_BLD` (HF's stages given, or captured here), with the trace."
-    with hf_router_gate_float32(getattr(hf, probe.router_attr)):
+    with hf_router_gate_float32(getattr(hf, probe.router_attr), probe.gate_float32):
         trace = trace_moe(hf, titan, probe, x_BLD, hf_capture)
     m = output_metrics(trace["output"].hf, trace["output"].titan)
     first = trace.first_divergence()
@@ -462,9 +507,9 @@ def kernel_check(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.
     hf_with_titan = copy.deepcopy(hf, memo)
     exported = (expression_of(hf, probe) or CORE).export(titan, hf, probe)  # a prototype's own tensors too
     hf_with_titan.load_state_dict(exported, strict=True, assign=True)
-    with torch.no_grad(), hf_router_gate_float32(getattr(hf, probe.router_attr)):
+    with torch.no_grad(), hf_router_gate_float32(getattr(hf, probe.router_attr), probe.gate_float32):
         ref = hidden_of(hf(x_BLD))
-    with torch.no_grad(), hf_router_gate_float32(getattr(hf_with_titan, probe.router_attr)):
+    with torch.no_grad(), hf_router_gate_float32(getattr(hf_with_titan, probe.router_attr), probe.gate_float32):
         out = hidden_of(hf_with_titan(x_BLD))
     return dict(
         max_diff=(out.double() - ref.double()).abs().max().item(),
@@ -496,7 +541,7 @@ def gap_table(
     x_BLD = moe_input(probe.hidden_size, dtype, seed) if x_BLD is None else x_BLD.to(dtype)
     rows, traces = [], {}
     # HF's stages once: the patches below touch torchtitan only
-    with hf_router_gate_float32(getattr(hf, probe.router_attr)):
+    with hf_router_gate_float32(getattr(hf, probe.router_attr), probe.gate_float32):
         hf_capture = capture_hf(hf, probe, x_BLD)
     with ExitStack() as stack:
         res, traces["baseline"] = measure(hf, titan, probe, x_BLD, hf_capture)

@@ -88,7 +88,7 @@ def eager_experts(module: nn.Module) -> nn.Module:
 def hf_float64_output(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> torch.Tensor:
     "HF's block in float64 on `x_BLD`, its router gate in float32 as in every run (the same experts chosen)."
     hf = eager_experts(cast_copy(hf_block, torch.float64))
-    with torch.no_grad(), hf_router_gate_float32(getattr(hf, probe.router_attr)):
+    with torch.no_grad(), hf_router_gate_float32(getattr(hf, probe.router_attr), probe.gate_float32):
         return hidden_of(hf(x_BLD.double()))
 
 
@@ -117,8 +117,14 @@ def logit_metrics(ref_BLV: torch.Tensor, out_BLV: torch.Tensor) -> dict:
 
 # %% ../nbs/00h_compare.ipynb #e80134e7
 @contextmanager
-def hf_router_gate_float32(router: nn.Module):
+def hf_router_gate_float32(
+    router: nn.Module,
+    enabled: bool = True,  # the probe's `gate_float32`: False where HF's block cannot run it (dbrx, jetmoe)
+):
     "Run an HF router's gate in float32 (the spec's one permitted HF-side change); restored on exit."
+    if not enabled:
+        yield router
+        return
     dtypes = {n: p.dtype for n, p in router.named_parameters()}
     router.float()
     handle = router.register_forward_pre_hook(
@@ -228,7 +234,7 @@ def hf_reference(hf_block: nn.Module, probe: MoEProbe, dtype: torch.dtype, seed:
     hf = in_dtype(hf_block, dtype)  # no copy when it already fits
     x_BLD = moe_input(probe.hidden_size, dtype, seed)
     router = getattr(hf, probe.router_attr)
-    with torch.no_grad(), hf_router_gate_float32(router), capture_topk_ids(router, None) as ids:
+    with torch.no_grad(), hf_router_gate_float32(router, probe.gate_float32), capture_topk_ids(router, None) as ids:
         out_BLD = hidden_of(hf(x_BLD))  # gpt_oss's block returns (hidden, router scores)
     return HFReference(hf, x_BLD, out_BLD, ids.get("hf"))
 
@@ -439,7 +445,7 @@ def strict_refs(hf_block: nn.Module, probe: MoEProbe, seed: int = 0) -> StrictRe
     f32 = hf_reference(hf_block, probe, torch.float32, seed)
     f64_out = hf_float64_output(hf_block, probe, f32.x_BLD)
     bf16 = hf_reference(hf_block, probe, torch.bfloat16, seed)
-    with torch.no_grad(), hf_router_gate_float32(getattr(hf_block, probe.router_attr)):
+    with torch.no_grad(), hf_router_gate_float32(getattr(hf_block, probe.router_attr), probe.gate_float32):
         f32_out = hidden_of(in_dtype(hf_block, torch.float32)(bf16.x_BLD.float()))
     return StrictRefs(bf16, f32, f32_out, f64_out)
 
@@ -512,7 +518,7 @@ def layer_reference(
         lambda m, a, o: seen.__setitem__("ref", hidden_of(o))
     )
     try:
-        with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(layer), probe.router_attr)):
+        with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(layer), probe.router_attr), probe.gate_float32):
             layer(*cast_floats(called["args"], dtype, True), **cast_floats(called["kwargs"], dtype, True))
     finally:
         hook.remove()
@@ -561,7 +567,7 @@ def hf_in_model(hf_model: nn.Module, expression: Expression, probe: MoEProbe, dt
     ]
     ids = torch.randint(0, hf.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(seed))
     try:
-        with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(layer), probe.router_attr)):
+        with torch.no_grad(), hf_router_gate_float32(getattr(moe_block(layer), probe.router_attr), probe.gate_float32):
             hf(input_ids=ids)
     finally:
         for h in hooks:
@@ -710,7 +716,11 @@ def compare_in_layer(
     hf_router = getattr(moe_block(hf_layer), probe.router_attr)
     args = cast_floats(args, dtype)
     try:
-        with torch.no_grad(), hf_router_gate_float32(hf_router), capture_topk_ids(hf_router, module.router) as ids:
+        with (
+            torch.no_grad(),
+            hf_router_gate_float32(hf_router, probe.gate_float32),
+            capture_topk_ids(hf_router, module.router) as ids,
+        ):
             hf_layer.forward(*args, **cast_floats(kwargs, dtype))  # a fresh copy of any mutable state for each side
             titan_layer.forward(*args, **cast_floats(kwargs, dtype))
     finally:

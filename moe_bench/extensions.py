@@ -114,6 +114,8 @@ def grouped_gated_mlp(
     glu_float32: bool = False,  # act(gate) * up in float32, rounded once (upstream: in `dtype`)
     fused_gate_up: bool = False,  # gate and up from one grouped matmul on cat(w1, w3), as HF's kernels
     transposed_operands: bool = False,  # B operands as contiguous transposed copies (HF's (E, H, 2I) layout)
+    transposed_down: bool = False,  # the down projection's B operand alone so (dbrx's h @ w2 on (I, H) rows)
+    glu_per_expert: bool = False,  # the GLU on each expert's rows apart, as an eager per-expert loop (dbrx)
     keep_dtype: bool = False,  # return in the compute dtype (float32 experts feeding a float32 sum, as some HF loops)
     glu: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     | None = None,  # (gate, up) -> h where it is more than act(gate) * up
@@ -136,8 +138,20 @@ def grouped_gated_mlp(
         gate_RF = experts._grouped_mm(A=x_RD_c, B_t=operand(w1_EFD), offs=offsets_E)
         up_RF = experts._grouped_mm(A=x_RD_c, B_t=operand(w3_EFD), offs=offsets_E)
     glu = glu or (lambda g, u: act(g) * u)
-    h_RF = glu(gate_RF.float(), up_RF.float()).to(dtype) if glu_float32 else glu(gate_RF, up_RF)
-    out_RD = experts._grouped_mm(A=h_RF, B_t=operand(w2_EDF), offs=offsets_E)
+
+    def rows_glu(g, u):
+        return glu(g.float(), u.float()).to(dtype) if glu_float32 else glu(g, u)
+
+    if glu_per_expert:  # an elementwise kernel's result can depend on the extent of the tensor it runs over
+        counts = num_tokens_per_expert_E.tolist()
+        counts.append(gate_RF.shape[0] - sum(counts))
+        h_RF = torch.cat([rows_glu(g, u) for g, u in zip(gate_RF.split(counts), up_RF.split(counts), strict=True)])
+    else:
+        h_RF = rows_glu(gate_RF, up_RF)
+    down_t = w2_EDF.to(dtype).transpose(-2, -1)
+    out_RD = experts._grouped_mm(
+        A=h_RF, B_t=down_t.contiguous() if transposed_down else operand(w2_EDF), offs=offsets_E
+    )
     return out_RD if keep_dtype else out_RD.type_as(x_RD)
 
 

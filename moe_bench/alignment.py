@@ -41,8 +41,8 @@ from .traces import Trace, capture_hf, hf_row_pairs, trace_moe
 __all__ = ['ALIGN', 'TITAN_ROUTE_NORM_EPS', 'PATCHES', 'torchtitan_digest', 'patch_attr', 'f32_combine', 'token_order_combine',
            'topk_sorted', 'router_gate_float32', 'experts_input_dtype', 'experts_float32', 'fused_gate_up',
            'hf_down_operand', 'glu_per_expert', 'activation_float32', 'hf_clamped_glu', 'scale_on_output',
-           'route_norm_epsilon', 'softmax_over_topk', 'hf_row_order', 'Patch', 'patch_context', 'all_patches',
-           'measure', 'kernel_check', 'gap_table']
+           'route_norm_epsilon', 'weights_in_input_dtype', 'softmax_over_topk', 'hf_row_order', 'Patch',
+           'patch_context', 'all_patches', 'measure', 'kernel_check', 'gap_table']
 
 # %% ../nbs/03b_alignment.ipynb #920e359e
 def torchtitan_digest() -> str:
@@ -328,6 +328,19 @@ def route_norm_epsilon(titan, probe=None):
 
 
 @contextmanager
+def weights_in_input_dtype(titan, probe=None):
+    "Patch: the router's top-k weights rounded to its input's dtype before the combine, as HF's `type_as` (jetmoe)."
+    forward = titan.router.forward  # whatever patch is already on it
+
+    def rounded(x_BLD, expert_bias_E=None):
+        scores_BLK, ids_BLK, scores_BLE = forward(x_BLD, expert_bias_E)
+        return scores_BLK.to(x_BLD.dtype), ids_BLK, scores_BLE
+
+    with patch_attr(titan.router, "forward", rounded):
+        yield
+
+
+@contextmanager
 def softmax_over_topk(titan, probe=None):
     "Patch: the router's softmax over the top-k logits, as the HF router."
     with patch_attr(titan.router, "forward", types.MethodType(_softmax_over_topk_logits, titan.router)):
@@ -417,6 +430,13 @@ PATCHES = (
         route_norm_epsilon,
         lambda p, dt: p.route_norm and p.route_norm_eps not in (None, TITAN_ROUTE_NORM_EPS),
         "routers adding another constant",
+    ),
+    Patch(
+        "weights in input dtype",
+        "top-k weights rounded to the input's dtype before the combine, as HF's router does",
+        weights_in_input_dtype,
+        lambda p, dt: _layout_row(p).get("weights_dtype") == "input" and dt != torch.float32,
+        "routers that round their weights to the input's dtype (jetmoe), in a run not in float32",
     ),
     Patch(
         "kernel align: fused gate-up",

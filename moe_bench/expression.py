@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -34,17 +36,21 @@ from moe_bench.extensions import (
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
     NON_GATED_CORE_CHANGE,
+    OUTPUT_BIAS_CORE_CHANGE,
     OUTPUT_NORM_CORE_CHANGE,
     PADDED_EXPERTS_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
+    TOPK_SOFTMAX_CORE_CHANGE,
     ClampedGluFeedForward,
     ClampedGluGroupedExperts,
     IdentityTailGroupedExperts,
     InputDtypeGptOssExperts,
     LogitBiasRouter,
+    OutputBiasMoE,
     OutputNorm,
     OutputNormMoE,
     ScoreFuncRouter,
+    TopkSoftmaxRouter,
     build_layer_moe,
     clamped_glu_of,
     experts_gating,
@@ -76,9 +82,10 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'IDENTITY_EXPERTS', 'PADDED_EXPERTS',
-           'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype',
-           'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules',
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_BIAS', 'TOPK_SOFTMAX_OUTPUT_BIAS', 'OUTPUT_NORM',
+           'IDENTITY_EXPERTS', 'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS',
+           'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies',
+           'non_gated_applies', 'non_gated_rules', 'output_bias_attr', 'output_bias_applies', 'with_topk_softmax',
            'output_norm_attr', 'output_norm_applies', 'identity_experts_applies', 'padded_experts_applies',
            'with_score_func', 'expression_of', 'Expressed', 'swap_titan_moe']
 
@@ -318,6 +325,76 @@ NON_GATED = block_prototype(
     expert_param_layout={k: v for k, v in _GROUPED_EXPERTS_PARAM_LAYOUT.items() if not k.startswith("w3")},
 )
 
+# %% ../nbs/00f_expression.ipynb #7c0f67c649b440e2a5745bebc886590b
+def output_bias_attr(block: nn.Module, probe: MoEProbe) -> str | None:
+    "The block's one tensor the core's `MoE` has no place for, where it is a `(D,)` bias its forward adds to the output."
+    extra = unclaimed_tensors(block, probe)
+    name = extra[0] if len(extra) == 1 and "." not in extra[0] else ""
+    bias = getattr(block, name, None) if name else None
+    if not (isinstance(bias, torch.Tensor) and tuple(bias.shape) == (probe.hidden_size,)):
+        return None
+    return name if re.search(rf"\+\s*self\.{name}\b", inspect.getsource(type(block).forward)) else None
+
+
+def output_bias_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for a bias its forward adds to the output."
+    if probe.level != "block" or titan_blockers(probe) or (attr := output_bias_attr(block, probe)) is None:
+        return False
+    return len(probe.issues) == 1 and repr(attr) in probe.issues[0]  # nothing else stops the core
+
+
+def _build_output_bias(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    attr = output_bias_attr(block, probe)
+    state = {k: v for k, v in block.state_dict().items() if k != attr}  # what the core's rules map
+    with torch.device("meta"):
+        titan = titan_moe_config(probe, check=False).build()
+    titan = load_titan_state_(
+        titan, hf_block_to_titan(state, probe), probe.num_experts, gate_float32 and probe.gate_float32, share
+    )
+    bias = getattr(block, attr).detach()
+    titan.__class__ = OutputBiasMoE
+    titan.output_bias = nn.Parameter(bias if share else bias.clone(), requires_grad=bias.requires_grad)
+    return titan
+
+
+def _export_output_bias(titan: MoE, block: nn.Module, probe: MoEProbe) -> dict:
+    sd = dict(titan.state_dict())
+    bias = sd.pop("output_bias")
+    return titan_block_to_hf(sd, probe) | {output_bias_attr(block, probe): bias}
+
+
+OUTPUT_BIAS = block_prototype(
+    name="moe_output_bias",
+    core_changes=(OUTPUT_BIAS_CORE_CHANGE,),
+    applies=output_bias_applies,
+    build=_build_output_bias,
+    export=_export_output_bias,
+)
+
+
+def with_topk_softmax(base: Expression) -> Expression:
+    "`base` with `TopkSoftmaxRouter`: a prototype of `topk_softmax_router` (and `base`'s changes)."
+
+    def applies(block: nn.Module, probe: MoEProbe) -> bool:
+        return probe.route_norm_kind == "softmax_topk" and base.applies(block, probe)
+
+    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+        titan = base.build(block, probe, gate_float32, share)
+        titan.router.__class__ = TopkSoftmaxRouter
+        return titan
+
+    return dataclasses.replace(
+        base,
+        name=f"topk_softmax_router+{base.name}",
+        kind="prototype",
+        core_changes=(TOPK_SOFTMAX_CORE_CHANGE, *base.core_changes),
+        applies=applies,
+        build=build,
+    )
+
+
+TOPK_SOFTMAX_OUTPUT_BIAS = with_topk_softmax(OUTPUT_BIAS)
+
 # %% ../nbs/00f_expression.ipynb #72eea5119410473aa328ad9291626812
 def output_norm_attr(block: nn.Module, probe: MoEProbe) -> str | None:
     "The block's child norm whose weight is the one tensor the core's `MoE` has no place for, where its form is known."
@@ -489,6 +566,8 @@ EXPRESSIONS: tuple[Expression, ...] = (
     CLAMPED_GLU,
     NON_GATED,
     OUTPUT_NORM,
+    TOPK_SOFTMAX_OUTPUT_BIAS,
+    OUTPUT_BIAS,
     IDENTITY_EXPERTS,
     PADDED_EXPERTS,
     SCORE_FUNC,

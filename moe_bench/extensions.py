@@ -35,13 +35,14 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'CLAMPED_GLU_CORE_CHANGE',
            'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS', 'IDENTITY_EXPERTS_CORE_CHANGE',
-           'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher',
-           'Extension', 'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp',
-           'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts',
-           'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of',
-           'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'norm_form_of',
-           'OutputNorm', 'OutputNormMoE', 'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_', 'unpad_experts',
-           'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter',
+           'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE',
+           'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
+           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
+           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter', 'score_func_of',
+           'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating',
+           'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'norm_form_of', 'OutputNorm', 'OutputNormMoE',
+           'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts',
+           'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'NormScaledRouter',
            'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
            'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
            'layer_moe_sharding']
@@ -589,6 +590,35 @@ def make_non_gated_(module: GroupedExperts | FeedForward, act: nn.Module) -> Non
         module.__class__ = NonGatedFeedForward
         del module.w3
     module.act = act
+
+# %% ../nbs/00e_extensions.ipynb #a4e2910129814467801de258b9f2efda
+TOPK_SOFTMAX_CORE_CHANGE = (
+    "topk_softmax_router: a TokenChoiceTopKRouter score order taking the top-k of the gate logits and the softmax "
+    "over those k alone (JetMoE), instead of the softmax over all experts, then top-k and renormalisation"
+)
+OUTPUT_BIAS_CORE_CHANGE = "moe_output_bias: an MoE option adding a learned (D,) bias to its output after the combine"
+
+
+class TopkSoftmaxRouter(TokenChoiceTopKRouter):
+    "Prototype of the core change: the top-k of the gate logits, weighted by the softmax over those k alone."
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
+            logits_BLE = self.gate(x_BLD)
+        logits_BLE = logits_BLE.float()
+        choice_BLE = logits_BLE if expert_bias_E is None else logits_BLE + expert_bias_E
+        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
+        topk_scores_BLK = F.softmax(logits_BLE.gather(dim=-1, index=topk_expert_ids_BLK), dim=-1)  # the one change
+        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, F.softmax(logits_BLE, dim=-1)
+
+
+class OutputBiasMoE(MoE):
+    "Prototype of the core change: torchtitan's `MoE` with `self.output_bias` added to its output."
+
+    output_bias: nn.Parameter  # set on the instance by the expression that builds it
+
+    def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        return super().forward(x_BLD) + self.output_bias
 
 # %% ../nbs/00e_extensions.ipynb #9f7cef76
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:

@@ -369,6 +369,7 @@ STACKED_EXPERT_LAYOUTS: dict[str, dict] = {  # expert_layout -> where its tensor
         fused_gate_up=True,  # gate and up from one F.linear on the (2I, H) rows
         down_operand="standard",  # F.linear on the (H, I) rows
         glu_per_expert=False,  # act(gate) * up once on all rows
+        weights_dtype="input",  # its top-k weights rounded to the input's dtype (`type_as(hidden_states)`)
         # its gates take the router input's dtype: with a float32 gate the whole combine would run in float32
         gate_float32=False,
     ),

@@ -39,6 +39,7 @@ from moe_bench.extensions import (
     OUTPUT_BIAS_CORE_CHANGE,
     OUTPUT_NORM_CORE_CHANGE,
     PADDED_EXPERTS_CORE_CHANGE,
+    ROUTE_NORM_P_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
     TOPK_SOFTMAX_CORE_CHANGE,
     ClampedGluFeedForward,
@@ -49,6 +50,7 @@ from moe_bench.extensions import (
     OutputBiasMoE,
     OutputNorm,
     OutputNormMoE,
+    PNormRouter,
     ScoreFuncRouter,
     TopkSoftmaxRouter,
     build_layer_moe,
@@ -82,12 +84,13 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_BIAS', 'TOPK_SOFTMAX_OUTPUT_BIAS', 'OUTPUT_NORM',
-           'IDENTITY_EXPERTS', 'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE', 'EXPRESSIONS',
-           'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies',
-           'non_gated_applies', 'non_gated_rules', 'output_bias_attr', 'output_bias_applies', 'with_topk_softmax',
-           'output_norm_attr', 'output_norm_applies', 'identity_experts_applies', 'padded_experts_applies',
-           'with_score_func', 'expression_of', 'Expressed', 'swap_titan_moe']
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'NON_GATED', 'OUTPUT_BIAS', 'TOPK_SOFTMAX_OUTPUT_BIAS', 'ROUTE_NORM_P',
+           'OUTPUT_NORM', 'IDENTITY_EXPERTS', 'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'LAYER_MOE',
+           'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
+           'clamped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_bias_attr', 'output_bias_applies',
+           'with_topk_softmax', 'with_route_norm_p', 'output_norm_attr', 'output_norm_applies',
+           'identity_experts_applies', 'padded_experts_applies', 'with_score_func', 'expression_of', 'Expressed',
+           'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -395,6 +398,40 @@ def with_topk_softmax(base: Expression) -> Expression:
 
 TOPK_SOFTMAX_OUTPUT_BIAS = with_topk_softmax(OUTPUT_BIAS)
 
+# %% ../nbs/00f_expression.ipynb #c8ac4511391744cbb0a54e19515d4def
+def _as_sum_normed(probe: MoEProbe) -> MoEProbe:
+    "The probe as if the router divided by the top-k sum (p = 1: the core's `route_norm`; `PNormRouter` replaces it)."
+    summed = dataclasses.replace(probe, route_norm_p=1.0, issues=[])
+    others = [i for i in probe.issues if i not in titan_blockers(probe)]  # tensors with no place stay issues
+    return dataclasses.replace(summed, issues=titan_blockers(summed) + others)
+
+
+def with_route_norm_p(base: Expression) -> Expression:
+    "`base` with `PNormRouter`: a prototype of `route_norm_p` (and `base`'s changes)."
+
+    def applies(block: nn.Module, probe: MoEProbe) -> bool:
+        if probe.level != "block" or probe.route_norm_kind != "p_norm" or probe.route_norm_p in (None, 1.0):
+            return False
+        return base.applies(block, _as_sum_normed(probe))
+
+    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+        titan = base.build(block, _as_sum_normed(probe), gate_float32, share)
+        titan.router.__class__, titan.router.route_norm_p = PNormRouter, probe.route_norm_p
+        return titan
+
+    return dataclasses.replace(
+        base,
+        name="route_norm_p" + ("" if base is CORE else f"+{base.name}"),
+        kind="prototype",
+        core_changes=(ROUTE_NORM_P_CORE_CHANGE, *base.core_changes),
+        applies=applies,
+        build=build,
+        config=lambda probe: base.config(_as_sum_normed(probe)),
+    )
+
+
+ROUTE_NORM_P = with_route_norm_p(CORE)
+
 # %% ../nbs/00f_expression.ipynb #72eea5119410473aa328ad9291626812
 def output_norm_attr(block: nn.Module, probe: MoEProbe) -> str | None:
     "The block's child norm whose weight is the one tensor the core's `MoE` has no place for, where its form is known."
@@ -568,6 +605,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     OUTPUT_NORM,
     TOPK_SOFTMAX_OUTPUT_BIAS,
     OUTPUT_BIAS,
+    ROUTE_NORM_P,
     IDENTITY_EXPERTS,
     PADDED_EXPERTS,
     SCORE_FUNC,

@@ -36,16 +36,16 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'CLAMPED_GLU_CORE_CHANGE',
            'CLAMPED_GLUS', 'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS', 'IDENTITY_EXPERTS_CORE_CHANGE',
            'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE',
-           'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension', 'applicable_extensions',
-           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
-           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter', 'score_func_of',
-           'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating',
-           'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'norm_form_of', 'OutputNorm', 'OutputNormMoE',
-           'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts',
-           'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'NormScaledRouter',
-           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
-           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
-           'layer_moe_sharding']
+           'ROUTE_NORM_P_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
+           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
+           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
+           'score_func_of', 'ScoreFuncRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating',
+           'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'norm_form_of', 'OutputNorm',
+           'OutputNormMoE', 'IdentityTailGroupedExperts', 'padded_width', 'pad_experts_', 'unpad_experts',
+           'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE',
+           'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter',
+           'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe',
+           'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -619,6 +619,30 @@ class OutputBiasMoE(MoE):
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
         return super().forward(x_BLD) + self.output_bias
+
+# %% ../nbs/00e_extensions.ipynb #6c3c9822bfae4849842558447f6cc46b
+ROUTE_NORM_P_CORE_CHANGE = (
+    "route_norm_p: a TokenChoiceTopKRouter route_norm option dividing the top-k scores by their p-norm "
+    "(dbrx's moe_normalize_expert_weights) instead of their sum"
+)
+
+
+class PNormRouter(TokenChoiceTopKRouter):
+    "Prototype of the core change: `TokenChoiceTopKRouter` renormalising the top-k scores by their `route_norm_p`-norm."
+
+    route_norm_p: float  # set on the instance by the expression that builds it
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
+            scores_BLE = self.gate(x_BLD)
+        scores_BLE = torch.sigmoid(scores_BLE) if self.score_func == "sigmoid" else F.softmax(scores_BLE, dim=-1)
+        choice_BLE = scores_BLE if expert_bias_E is None else scores_BLE + expert_bias_E
+        if self.num_expert_groups is not None:
+            choice_BLE = self._get_node_limited_routing_scores(choice_BLE)
+        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
+        topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
+        topk_scores_BLK = topk_scores_BLK / torch.norm(topk_scores_BLK, p=self.route_norm_p, dim=-1, keepdim=True)
+        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
 
 # %% ../nbs/00e_extensions.ipynb #9f7cef76
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:

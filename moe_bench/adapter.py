@@ -12,12 +12,12 @@ import torch
 from torch import nn
 
 from .hf import decoder_layers, moe_attr_name, moe_block
-from .moe_probe import MoEProbe, probe_moe_block
+from .moe_probe import STACKED_EXPERT_LAYOUTS, MoEProbe, probe_moe_block
 
 # %% auto #0
-__all__ = ['TITAN_ROUTER', 'TITAN_EXPERTS', 'TITAN_EXPERT_BIAS', 'TITAN_SHARED', 'TensorRule', 'rename', 'block_rules',
-           'UnmappedKeysError', 'hf_block_to_titan', 'titan_block_to_hf', 'moe_block_probes', 'hf_to_titan',
-           'titan_to_hf', 'state_dict_diff', 'roundtrip_check']
+__all__ = ['TITAN_ROUTER', 'TITAN_EXPERTS', 'TITAN_EXPERT_BIAS', 'TITAN_SHARED', 'STACKED_LAYOUT_RULES', 'TensorRule', 'rename',
+           'block_rules', 'UnmappedKeysError', 'hf_block_to_titan', 'titan_block_to_hf', 'moe_block_probes',
+           'hf_to_titan', 'titan_to_hf', 'state_dict_diff', 'roundtrip_check']
 
 # %% ../nbs/00c_adapter.ipynb #ba03ce38
 TITAN_ROUTER = "router.gate"
@@ -130,6 +130,8 @@ def block_rules(probe: MoEProbe) -> list[TensorRule]:
 
 def _experts_rules(probe: MoEProbe) -> list[TensorRule]:
     "The experts' rules: torchtitan's SiLU `GroupedExperts`, or its gpt_oss experts for a clamped SwiGLU."
+    if probe.expert_layout in STACKED_LAYOUT_RULES:  # expert tensors under other names (dbrx, jetmoe)
+        return STACKED_LAYOUT_RULES[probe.expert_layout](probe)
     t, ex = probe.expert_layout == "transposed", probe.experts_attr
     if probe.activation == "clamped_swiglu" and probe.expert_bias:  # without biases: the core's (clamped_glu_experts)
         rows = probe.gate_up_order == "halves"  # GptOss alternates gate and up rows: halves are interleaved
@@ -160,6 +162,49 @@ def _experts_rules(probe: MoEProbe) -> list[TensorRule]:
         ),
         TensorRule((f"{ex}.down_proj",), (f"{TITAN_EXPERTS}.w2_EDF",), _maybe_transpose(t), _maybe_transpose(t)),
     ]
+
+# %% ../nbs/00c_adapter.ipynb #7b17e79fc5dd489887b4199869c5193a
+def _flat_glu_rules(probe: MoEProbe) -> list[TensorRule]:
+    "dbrx: (E*I, H) gate, up and down matrices <-> `w1_EFD`, `w3_EFD` and `w2_EDF` (the down one transposed)."
+    keys = STACKED_EXPERT_LAYOUTS["flat_glu"]["tensors"]
+    E, F, H = probe.num_experts, probe.moe_intermediate_size, probe.hidden_size
+
+    def stack(ts):  # (E*F, H) -> (E, F, H), a view
+        return [ts[0].view(E, F, H)]
+
+    def flat(ts):  # (E, F, H) -> (E*F, H)
+        return [ts[0].reshape(E * F, H)]
+
+    return [
+        TensorRule((keys["gate"],), (f"{TITAN_EXPERTS}.w1_EFD",), stack, flat),
+        TensorRule((keys["up"],), (f"{TITAN_EXPERTS}.w3_EFD",), stack, flat),
+        TensorRule(
+            (keys["down"],),
+            (f"{TITAN_EXPERTS}.w2_EDF",),
+            lambda ts: [ts[0].view(E, F, H).transpose(1, 2)],
+            lambda ts: [ts[0].transpose(1, 2).reshape(E * F, H)],
+        ),
+    ]
+
+
+def _stacked_linear_rules(probe: MoEProbe) -> list[TensorRule]:
+    "jetmoe: `input_linear` (E, 2I, H) <-> `w1_EFD`, `w3_EFD` (gate rows first); `output_linear` (E, H, F) is `w2_EDF`."
+    keys = STACKED_EXPERT_LAYOUTS["stacked_linear"]["tensors"]
+    return [
+        TensorRule(
+            (keys["gate_up"],),
+            (f"{TITAN_EXPERTS}.w1_EFD", f"{TITAN_EXPERTS}.w3_EFD"),
+            _split_gate_up(False),
+            _cat_gate_up(False),
+        ),
+        rename(keys["down"], f"{TITAN_EXPERTS}.w2_EDF"),
+    ]
+
+
+STACKED_LAYOUT_RULES: dict[str, Callable[[MoEProbe], list[TensorRule]]] = {  # expert_layout -> its experts' rules
+    "flat_glu": _flat_glu_rules,
+    "stacked_linear": _stacked_linear_rules,
+}
 
 # %% ../nbs/00c_adapter.ipynb #017f18cb
 class UnmappedKeysError(KeyError):

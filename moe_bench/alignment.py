@@ -33,15 +33,16 @@ from moe_bench.extensions import (
     clamped_swiglu_mlp,
     grouped_gated_mlp,
 )
-from .moe_probe import MoEProbe
+from .moe_probe import STACKED_EXPERT_LAYOUTS, MoEProbe
 from .replacement import Float32Gate
 from .traces import Trace, capture_hf, hf_row_pairs, trace_moe
 
 # %% auto #0
 __all__ = ['ALIGN', 'TITAN_ROUTE_NORM_EPS', 'PATCHES', 'torchtitan_digest', 'patch_attr', 'f32_combine', 'token_order_combine',
            'topk_sorted', 'router_gate_float32', 'experts_input_dtype', 'experts_float32', 'fused_gate_up',
-           'activation_float32', 'hf_clamped_glu', 'scale_on_output', 'route_norm_epsilon', 'softmax_over_topk',
-           'hf_row_order', 'Patch', 'patch_context', 'all_patches', 'measure', 'kernel_check', 'gap_table']
+           'hf_down_operand', 'glu_per_expert', 'activation_float32', 'hf_clamped_glu', 'scale_on_output',
+           'route_norm_epsilon', 'weights_in_input_dtype', 'softmax_over_topk', 'hf_row_order', 'Patch',
+           'patch_context', 'all_patches', 'measure', 'kernel_check', 'gap_table']
 
 # %% ../nbs/03b_alignment.ipynb #920e359e
 def torchtitan_digest() -> str:
@@ -75,6 +76,8 @@ ALIGN = dict(
     combine_token_order=False,
     experts_dtype="bfloat16",
     experts_fused_gate_up=False,
+    experts_down_transposed=False,
+    experts_glu_per_expert=False,
     experts_hf_layout="standard",
     experts_act_f32=False,
     experts_hf_glu=False,
@@ -190,6 +193,8 @@ def _aligned_experts_forward(self, x_RD, num_tokens_per_expert_E):
         dtype,
         glu_float32=ALIGN["experts_act_f32"],
         fused_gate_up=ALIGN["experts_fused_gate_up"],
+        transposed_down=ALIGN["experts_down_transposed"],
+        glu_per_expert=ALIGN["experts_glu_per_expert"],
         transposed_operands=ALIGN["experts_hf_layout"] == "transposed",
         keep_dtype=ALIGN["experts_dtype"] == "float32",
         glu=getattr(self, "glu", None),  # the clamped_glu_experts prototype's GLU, where it is one
@@ -249,6 +254,25 @@ def fused_gate_up(titan=None, probe=None):
 
 
 @contextmanager
+def hf_down_operand(titan=None, probe=None):
+    "Patch (kernel alignment): the down projection's operand laid out as HF multiplies it (dbrx: `h @ w2`, (I, H) rows)."
+    with _aligned_experts(experts_down_transposed=True):
+        yield
+
+
+@contextmanager
+def glu_per_expert(titan=None, probe=None):
+    "Patch (kernel alignment): act(gate) * up evaluated on each expert's rows apart, as HF's per-expert loop (dbrx)."
+    with _aligned_experts(experts_glu_per_expert=True):
+        yield
+
+
+def _layout_row(p) -> dict:
+    "The probe's row of `STACKED_EXPERT_LAYOUTS` (empty for the fused layouts)."
+    return STACKED_EXPERT_LAYOUTS.get(p.expert_layout, {})
+
+
+@contextmanager
 def activation_float32(titan=None, probe=None):
     "Patch: the experts evaluate silu(gate) * up in float32 and round it once, as HF's experts do."
     with _aligned_experts(experts_act_f32=True):
@@ -300,6 +324,19 @@ def route_norm_epsilon(titan, probe=None):
         patch_attr(router, "route_scale", 1.0),
         patch_attr(router, "forward", renormalised),
     ):
+        yield
+
+
+@contextmanager
+def weights_in_input_dtype(titan, probe=None):
+    "Patch: the router's top-k weights rounded to its input's dtype before the combine, as HF's `type_as` (jetmoe)."
+    forward = titan.router.forward  # whatever patch is already on it
+
+    def rounded(x_BLD, expert_bias_E=None):
+        scores_BLK, ids_BLK, scores_BLE = forward(x_BLD, expert_bias_E)
+        return scores_BLK.to(x_BLD.dtype), ids_BLK, scores_BLE
+
+    with patch_attr(titan.router, "forward", rounded):
         yield
 
 
@@ -395,9 +432,33 @@ PATCHES = (
         "routers adding another constant",
     ),
     Patch(
+        "weights in input dtype",
+        "top-k weights rounded to the input's dtype before the combine, as HF's router does",
+        weights_in_input_dtype,
+        lambda p, dt: _layout_row(p).get("weights_dtype") == "input" and dt != torch.float32,
+        "routers that round their weights to the input's dtype (jetmoe), in a run not in float32",
+    ),
+    Patch(
         "kernel align: fused gate-up",
         "gate and up from one grouped matmul on cat(w1, w3), as HF's kernel",
         fused_gate_up,
+        lambda p, dt: _layout_row(p).get("fused_gate_up", True),
+        "experts computing gate and up in one matmul (not dbrx's two)",
+    ),
+    Patch(
+        "kernel align: HF's down operand",
+        "the down projection's operand in HF's layout, as HF multiplies it",
+        hf_down_operand,
+        lambda p, dt: _layout_row(p).get("down_operand") == "transposed",
+        "experts whose down projection is stored (I, H) per expert and used as h @ w2 (dbrx)",
+    ),
+    Patch(
+        "kernel align: GLU per expert",
+        "act(gate) * up on each expert's rows apart, as HF's per-expert loop (an elementwise kernel's rounding can"
+        " depend on the extent of the tensor it runs over)",
+        glu_per_expert,
+        lambda p, dt: _layout_row(p).get("glu_per_expert", False),
+        "eager loops that evaluate the activation per expert on contiguous rows (dbrx)",
     ),
     Patch(
         "kernel align: HF's row order",

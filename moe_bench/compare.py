@@ -369,6 +369,10 @@ MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = { 
         lambda sd: any(k.startswith(MODALITY_PREFIX) for k in sd),
         lambda sd: dict(sd) | _swapped_modalities(sd),
     ),
+    "output bias zeroed": (  # the moe_output_bias prototype's own tensor
+        lambda sd: "output_bias" in sd,
+        lambda sd: _map(sd, ["output_bias"], torch.zeros_like),
+    ),
     "square expert layout transposed": (
         lambda sd: any(sd[k].ndim == 3 and sd[k].shape[1] == sd[k].shape[2] for k in _expert_keys(sd)),
         lambda sd: _map(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -35,24 +36,30 @@ from moe_bench.extensions import (
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
     NON_GATED_CORE_CHANGE,
+    OUTPUT_BIAS_CORE_CHANGE,
     OUTPUT_NORM_CORE_CHANGE,
     PADDED_EXPERTS_CORE_CHANGE,
     PER_MODALITY_CORE_CHANGE,
+    ROUTE_NORM_P_CORE_CHANGE,
     SCORE_BEFORE_EXPERTS_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
     SOFTCAPPED_GLU_CORE_CHANGE,
     SPARSEMIXER_CORE_CHANGE,
+    TOPK_SOFTMAX_CORE_CHANGE,
     ClampedGluFeedForward,
     ClampedGluGroupedExperts,
     IdentityTailGroupedExperts,
     InputDtypeGptOssExperts,
     LogitBiasRouter,
+    OutputBiasMoE,
     OutputNormMoE,
     PerModalityMoE,
+    PNormRouter,
     ScoreBeforeExpertsDispatcher,
     ScoreBeforeExpertsRouter,
     ScoreFuncRouter,
     SparseMixerRouter,
+    TopkSoftmaxRouter,
     build_layer_moe,
     clamped_glu_of,
     experts_gating,
@@ -64,6 +71,7 @@ from moe_bench.extensions import (
     mlp_gating,
     moe_branch_norms,
     norm_form_of,
+    output_bias_sharding,
     output_norm_sharding,
     pad_experts_,
     padded_width,
@@ -96,13 +104,15 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NON_GATED', 'OUTPUT_NORM', 'SCORE_BEFORE_EXPERTS',
-           'IDENTITY_EXPERTS', 'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER',
-           'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
-           'clamped_glu_applies', 'softcapped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_norm_attr',
-           'output_norm_applies', 'score_before_experts_applies', 'identity_experts_applies', 'per_modality_applies',
-           'PerModalityBlock', 'mixed_modality_inputs', 'padded_experts_applies', 'with_score_func',
-           'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
+__all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NON_GATED', 'OUTPUT_BIAS',
+           'TOPK_SOFTMAX_OUTPUT_BIAS', 'ROUTE_NORM_P', 'OUTPUT_NORM', 'SCORE_BEFORE_EXPERTS', 'IDENTITY_EXPERTS',
+           'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER', 'LAYER_MOE',
+           'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
+           'clamped_glu_applies', 'softcapped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_bias_attr',
+           'output_bias_applies', 'with_topk_softmax', 'with_route_norm_p', 'output_norm_attr', 'output_norm_applies',
+           'score_before_experts_applies', 'identity_experts_applies', 'per_modality_applies', 'PerModalityBlock',
+           'mixed_modality_inputs', 'padded_experts_applies', 'with_score_func', 'sparsemixer_applies', 'expression_of',
+           'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -373,6 +383,115 @@ NON_GATED = block_prototype(
     export=lambda titan, block, probe: _apply(dict(titan.state_dict()), non_gated_rules(block, probe), forward=False),
     expert_param_layout={k: v for k, v in _GROUPED_EXPERTS_PARAM_LAYOUT.items() if not k.startswith("w3")},
 )
+
+# %% ../nbs/00f_expression.ipynb #7c0f67c649b440e2a5745bebc886590b
+def output_bias_attr(block: nn.Module, probe: MoEProbe) -> str | None:
+    "The block's one tensor the core's `MoE` has no place for, where it is a `(D,)` bias its forward adds to the output."
+    extra = unclaimed_tensors(block, probe)
+    name = extra[0] if len(extra) == 1 and "." not in extra[0] else ""
+    bias = getattr(block, name, None) if name else None
+    if not (isinstance(bias, torch.Tensor) and tuple(bias.shape) == (probe.hidden_size,)):
+        return None
+    return name if re.search(rf"\+\s*self\.{name}\b", inspect.getsource(type(block).forward)) else None
+
+
+def output_bias_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for a bias its forward adds to the output."
+    if probe.level != "block" or titan_blockers(probe) or (attr := output_bias_attr(block, probe)) is None:
+        return False
+    return len(probe.issues) == 1 and repr(attr) in probe.issues[0]  # nothing else stops the core
+
+
+def _build_output_bias(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    attr = output_bias_attr(block, probe)
+    state = {k: v for k, v in block.state_dict().items() if k != attr}  # what the core's rules map
+    with torch.device("meta"):
+        titan = titan_moe_config(probe, check=False).build()
+    titan = load_titan_state_(
+        titan,
+        hf_block_to_titan(state, probe),
+        probe.num_experts,
+        gate_float32 and probe.router_gate_dtype == "float32",
+        share,
+    )
+    bias = getattr(block, attr).detach()
+    titan.__class__ = OutputBiasMoE
+    titan.output_bias = nn.Parameter(bias if share else bias.clone(), requires_grad=bias.requires_grad)
+    return titan
+
+
+def _export_output_bias(titan: MoE, block: nn.Module, probe: MoEProbe) -> dict:
+    sd = dict(titan.state_dict())
+    bias = sd.pop("output_bias")
+    return titan_block_to_hf(sd, probe) | {output_bias_attr(block, probe): bias}
+
+
+OUTPUT_BIAS = block_prototype(
+    name="moe_output_bias",
+    core_changes=(OUTPUT_BIAS_CORE_CHANGE,),
+    applies=output_bias_applies,
+    build=_build_output_bias,
+    export=_export_output_bias,
+    sharding=output_bias_sharding,
+)
+
+
+def with_topk_softmax(base: Expression) -> Expression:
+    "`base` with `TopkSoftmaxRouter`: a prototype of `topk_softmax_router` (and `base`'s changes)."
+
+    def applies(block: nn.Module, probe: MoEProbe) -> bool:
+        return probe.route_norm_kind == "softmax_topk" and base.applies(block, probe)
+
+    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+        titan = base.build(block, probe, gate_float32, share)
+        titan.router.__class__ = TopkSoftmaxRouter
+        return titan
+
+    return dataclasses.replace(
+        base,
+        name=f"topk_softmax_router+{base.name}",
+        kind="prototype",
+        core_changes=(TOPK_SOFTMAX_CORE_CHANGE, *base.core_changes),
+        applies=applies,
+        build=build,
+    )
+
+
+TOPK_SOFTMAX_OUTPUT_BIAS = with_topk_softmax(OUTPUT_BIAS)
+
+# %% ../nbs/00f_expression.ipynb #c8ac4511391744cbb0a54e19515d4def
+def _as_sum_normed(probe: MoEProbe) -> MoEProbe:
+    "The probe as if the router divided by the top-k sum (p = 1: the core's `route_norm`; `PNormRouter` replaces it)."
+    summed = dataclasses.replace(probe, route_norm_p=1.0, issues=[])
+    others = [i for i in probe.issues if i not in titan_blockers(probe)]  # tensors with no place stay issues
+    return dataclasses.replace(summed, issues=titan_blockers(summed) + others)
+
+
+def with_route_norm_p(base: Expression) -> Expression:
+    "`base` with `PNormRouter`: a prototype of `route_norm_p` (and `base`'s changes)."
+
+    def applies(block: nn.Module, probe: MoEProbe) -> bool:
+        if probe.level != "block" or probe.route_norm_kind != "p_norm" or probe.route_norm_p in (None, 1.0):
+            return False
+        return base.applies(block, _as_sum_normed(probe))
+
+    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+        titan = base.build(block, _as_sum_normed(probe), gate_float32, share)
+        titan.router.__class__, titan.router.route_norm_p = PNormRouter, probe.route_norm_p
+        return titan
+
+    return dataclasses.replace(
+        base,
+        name="route_norm_p" + ("" if base is CORE else f"+{base.name}"),
+        kind="prototype",
+        core_changes=(ROUTE_NORM_P_CORE_CHANGE, *base.core_changes),
+        applies=applies,
+        build=build,
+        config=lambda probe: base.config(_as_sum_normed(probe)),
+    )
+
+
+ROUTE_NORM_P = with_route_norm_p(CORE)
 
 # %% ../nbs/00f_expression.ipynb #72eea5119410473aa328ad9291626812
 def output_norm_attr(block: nn.Module, probe: MoEProbe) -> str | None:
@@ -712,6 +831,9 @@ EXPRESSIONS: tuple[Expression, ...] = (
     NON_GATED,
     OUTPUT_NORM,
     SCORE_BEFORE_EXPERTS,
+    TOPK_SOFTMAX_OUTPUT_BIAS,
+    OUTPUT_BIAS,
+    ROUTE_NORM_P,
     IDENTITY_EXPERTS,
     PER_MODALITY,
     PADDED_EXPERTS,

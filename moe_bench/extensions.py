@@ -37,18 +37,19 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'SPARSEMIXER_CORE_CHANGE',
            'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'SOFTCAPPED_GLU_CORE_CHANGE', 'OUTPUT_NORM_CORE_CHANGE',
            'NORM_FORMS', 'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'PER_MODALITY_CORE_CHANGE',
-           'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher',
-           'Extension', 'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp',
-           'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts',
-           'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of',
-           'SparseMixerRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating',
-           'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of',
-           'OutputNormMoE', 'output_norm_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
+           'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE',
+           'ROUTE_NORM_P_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
+           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
+           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
+           'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter',
+           'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts',
+           'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE',
+           'output_norm_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
            'IdentityTailGroupedExperts', 'routed_output', 'PerModalityMoE', 'padded_width', 'pad_experts_',
-           'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'NormScaledRouter',
-           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
-           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
-           'layer_moe_sharding']
+           'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter',
+           'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts',
+           'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
+           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -130,6 +131,8 @@ def grouped_gated_mlp(
     glu_float32: bool = False,  # act(gate) * up in float32, rounded once (upstream: in `dtype`)
     fused_gate_up: bool = False,  # gate and up from one grouped matmul on cat(w1, w3), as HF's kernels
     transposed_operands: bool = False,  # B operands as contiguous transposed copies (HF's (E, H, 2I) layout)
+    transposed_down: bool = False,  # the down projection's B operand alone so (dbrx's h @ w2 on (I, H) rows)
+    glu_per_expert: bool = False,  # the GLU on each expert's rows apart, as an eager per-expert loop (dbrx)
     keep_dtype: bool = False,  # return in the compute dtype (float32 experts feeding a float32 sum, as some HF loops)
     glu: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     | None = None,  # (gate, up) -> h where it is more than act(gate) * up
@@ -152,8 +155,20 @@ def grouped_gated_mlp(
         gate_RF = experts._grouped_mm(A=x_RD_c, B_t=operand(w1_EFD), offs=offsets_E)
         up_RF = experts._grouped_mm(A=x_RD_c, B_t=operand(w3_EFD), offs=offsets_E)
     glu = glu or (lambda g, u: act(g) * u)
-    h_RF = glu(gate_RF.float(), up_RF.float()).to(dtype) if glu_float32 else glu(gate_RF, up_RF)
-    out_RD = experts._grouped_mm(A=h_RF, B_t=operand(w2_EDF), offs=offsets_E)
+
+    def rows_glu(g, u):
+        return glu(g.float(), u.float()).to(dtype) if glu_float32 else glu(g, u)
+
+    if glu_per_expert:  # an elementwise kernel's result can depend on the extent of the tensor it runs over
+        counts = num_tokens_per_expert_E.tolist()
+        counts.append(gate_RF.shape[0] - sum(counts))
+        h_RF = torch.cat([rows_glu(g, u) for g, u in zip(gate_RF.split(counts), up_RF.split(counts), strict=True)])
+    else:
+        h_RF = rows_glu(gate_RF, up_RF)
+    down_t = w2_EDF.to(dtype).transpose(-2, -1)
+    out_RD = experts._grouped_mm(
+        A=h_RF, B_t=down_t.contiguous() if transposed_down else operand(w2_EDF), offs=offsets_E
+    )
     return out_RD if keep_dtype else out_RD.type_as(x_RD)
 
 
@@ -777,6 +792,64 @@ def make_non_gated_(module: GroupedExperts | FeedForward, act: nn.Module) -> Non
         module.__class__ = NonGatedFeedForward
         del module.w3
     module.act = act
+
+# %% ../nbs/00e_extensions.ipynb #a4e2910129814467801de258b9f2efda
+TOPK_SOFTMAX_CORE_CHANGE = (
+    "topk_softmax_router: a TokenChoiceTopKRouter score order taking the top-k of the gate logits and the softmax "
+    "over those k alone (JetMoE), instead of the softmax over all experts, then top-k and renormalisation"
+)
+OUTPUT_BIAS_CORE_CHANGE = "moe_output_bias: an MoE option adding a learned (D,) bias to its output after the combine"
+
+
+class TopkSoftmaxRouter(TokenChoiceTopKRouter):
+    "Prototype of the core change: the top-k of the gate logits, weighted by the softmax over those k alone."
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
+            logits_BLE = self.gate(x_BLD)
+        logits_BLE = logits_BLE.float()
+        choice_BLE = logits_BLE if expert_bias_E is None else logits_BLE + expert_bias_E
+        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
+        topk_scores_BLK = F.softmax(logits_BLE.gather(dim=-1, index=topk_expert_ids_BLK), dim=-1)  # the one change
+        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, F.softmax(logits_BLE, dim=-1)
+
+
+class OutputBiasMoE(MoE):
+    "Prototype of the core change: torchtitan's `MoE` with `self.output_bias` added to its output."
+
+    output_bias: nn.Parameter  # set on the instance by the expression that builds it
+
+    def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        return super().forward(x_BLD) + self.output_bias
+
+
+def output_bias_sharding(cfg) -> None:
+    "Add the bias to a `MoE.Config` that `set_moe_sharding_config` has filled: replicated on TP, as torchtitan's biases."
+    cfg.sharding_config.state_shardings |= {"output_bias": dense_param_placement(tp=spmd.R)}
+
+# %% ../nbs/00e_extensions.ipynb #6c3c9822bfae4849842558447f6cc46b
+ROUTE_NORM_P_CORE_CHANGE = (
+    "route_norm_p: a TokenChoiceTopKRouter route_norm option dividing the top-k scores by their p-norm "
+    "(dbrx's moe_normalize_expert_weights) instead of their sum"
+)
+
+
+class PNormRouter(TokenChoiceTopKRouter):
+    "Prototype of the core change: `TokenChoiceTopKRouter` renormalising the top-k scores by their `route_norm_p`-norm."
+
+    route_norm_p: float  # set on the instance by the expression that builds it
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
+            scores_BLE = self.gate(x_BLD)
+        scores_BLE = torch.sigmoid(scores_BLE) if self.score_func == "sigmoid" else F.softmax(scores_BLE, dim=-1)
+        choice_BLE = scores_BLE if expert_bias_E is None else scores_BLE + expert_bias_E
+        if self.num_expert_groups is not None:
+            choice_BLE = self._get_node_limited_routing_scores(choice_BLE)
+        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
+        topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
+        topk_scores_BLK = topk_scores_BLK / torch.norm(topk_scores_BLK, p=self.route_norm_p, dim=-1, keepdim=True)
+        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
 
 # %% ../nbs/00e_extensions.ipynb #9f7cef76
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:

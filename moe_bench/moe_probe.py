@@ -20,13 +20,13 @@ from transformers import PretrainedConfig
 from .hf import nested_moe_blocks, router_name
 
 # %% auto #0
-__all__ = ['SCORE_LOGITS', 'ROUTE_NORM_KINDS', 'SCORED_INPUT_GATE', 'SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES',
-           'SCORE_BIAS_NAMES', 'ROUTE_SCALE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS', 'GROUPED_MM_ALIGN',
-           'BLOCKERS', 'MoEProbe', 'score_fn_outputs', 'resolve_score_func', 'resolve_route_norm',
-           'resolve_route_norm_eps', 'resolve_score_bias_on', 'resolve_returns', 'resolve_router_gate',
-           'resolve_experts_dtypes', 'resolve_gate', 'probe_experts', 'probe_shared_experts', 'resolve_route_scale',
-           'router_weight_key', 'Blocker', 'titan_blockers', 'probe_moe_block', 'layer_level_blockers',
-           'unclaimed_tensors', 'attention_kind']
+__all__ = ['SCORE_LOGITS', 'ROUTE_NORM_KINDS', 'SCORED_INPUT_GATE', 'STACKED_EXPERT_LAYOUTS', 'SHARED_EXPERT_NAMES',
+           'SHARED_GATE_NAMES', 'SCORE_BIAS_NAMES', 'ROUTE_SCALE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS',
+           'GROUPED_MM_ALIGN', 'BLOCKERS', 'MoEProbe', 'score_fn_outputs', 'resolve_score_func', 'resolve_route_norm',
+           'resolve_route_norm_p', 'resolve_route_norm_eps', 'resolve_score_bias_on', 'resolve_returns',
+           'resolve_router_gate', 'resolve_experts_dtypes', 'resolve_gate', 'probe_experts', 'probe_stacked_experts',
+           'probe_shared_experts', 'resolve_route_scale', 'router_weight_key', 'Blocker', 'titan_blockers',
+           'probe_moe_block', 'layer_level_blockers', 'unclaimed_tensors', 'attention_kind']
 
 # %% ../nbs/00b_moe_probe.ipynb #46e04695
 @dataclass(kw_only=True)
@@ -45,6 +45,7 @@ class MoEProbe:
     route_scale: float = 1.0  # factor on the chosen scores
     route_scale_on: str = "weights"  # where HF applies it: "weights" or the block's "output" (same maths)
     route_norm_eps: float | None = None  # what HF adds to the top-k sum it divides by (None: nothing)
+    route_norm_p: float | None = None  # route_norm_kind "p_norm": the p of the norm HF divides the top-k scores by
     num_expert_groups: int | None = None
     num_limited_groups: int | None = None
     router_attr: str = "gate"  # block attribute holding the router
@@ -126,6 +127,19 @@ def _source(obj) -> str:
     return ast.unparse(tree)
 
 
+def _called_methods(block: nn.Module) -> str:
+    "Code of the block's own methods its `forward` calls (`self.route_tokens_to_experts(...)`: dbrx routes there)."
+    names = dict.fromkeys(re.findall(r"self\.(\w+)\(", _source(block)))
+    return "\n".join(
+        _source(m.__func__) for n in names if inspect.ismethod(m := getattr(block, n, None)) and n != "forward"
+    )
+
+
+def _routing_sources(router: nn.Module, block: nn.Module) -> tuple[str, ...]:
+    "The router's and the block's `forward` code, then the block methods its `forward` calls (read last)."
+    return (_source(router), _source(block), _called_methods(block))
+
+
 _ROUTING_FUNCS = ("sparsemixer",)  # routing functions known by name (phimoe's); `00e_extensions` runs HF's to confirm
 
 
@@ -141,7 +155,7 @@ def score_fn_outputs(router: nn.Module, logits: torch.Tensor) -> list[torch.Tens
 
 def resolve_score_func(router: nn.Module, block: nn.Module) -> str:
     "The scoring function the router's or block's code applies to the router logits (a routing function it calls by name; where it calls a module, the function that module computes)."
-    for src in (_source(router), _source(block)):
+    for src in _routing_sources(router, block):
         if named := [f for f in _ROUTING_FUNCS if re.search(rf"\b{f}\(", src)]:
             return named[0]
         found = [
@@ -179,13 +193,14 @@ ROUTE_NORM_KINDS = dict(
     flag="norm_topk_prob",
     divides="code divides the top-k scores by their sum",
     softmax_topk="code takes the softmax over the top-k logits (= softmax, then renormalise)",
+    p_norm="code divides the top-k scores by their p-norm (torch.norm, p from the block)",
     none="no flag, no renormalisation in the code",
 )
 
 
 def resolve_route_norm(router: nn.Module, block: nn.Module, config) -> tuple[bool, str, str]:
     "Whether the chosen scores are renormalised, how (a key of `ROUTE_NORM_KINDS`), and that in words."
-    codes = (_source(router), _source(block))
+    codes = _routing_sources(router, block)
     if any("norm_topk_prob" in c for c in codes):  # a flag counts only where the routing code reads it
         flag = _first(
             getattr(router, "norm_topk_prob", None),
@@ -195,12 +210,26 @@ def resolve_route_norm(router: nn.Module, block: nn.Module, config) -> tuple[boo
         if flag is not None:
             return bool(flag), "flag", ROUTE_NORM_KINDS["flag"]
     for src in codes:
+        if (m := _P_NORM.search(src)) and _first(getattr(block, m.group(1), None), getattr(router, m.group(1), None)):
+            return True, "p_norm", ROUTE_NORM_KINDS["p_norm"]
         if _RENORM.search(src) or _divides_by_named_sum(src) or re.search(r"/\s*torch\.clamp\(\s*[\w.]+\.sum\(", src):
             return True, "divides", ROUTE_NORM_KINDS["divides"]
         i, j = src.find("topk"), src.find("softmax")
         if -1 < i < j:
             return True, "softmax_topk", ROUTE_NORM_KINDS["softmax_topk"]
     return False, "none", ROUTE_NORM_KINDS["none"]
+
+
+_P_NORM = re.compile(r"/\s*torch\.norm\([^)]*\bp=self\.(\w+)")  # dbrx: `v / torch.norm(v, p=self.<setting>, ...)`
+
+
+def resolve_route_norm_p(router: nn.Module, block: nn.Module) -> float | None:
+    "The p of the norm the code divides the top-k scores by (the block's or router's setting it names); else None."
+    for src in _routing_sources(router, block):
+        if m := _P_NORM.search(src):
+            p = _first(getattr(block, m.group(1), None), getattr(router, m.group(1), None))
+            return None if p is None else float(p)
+    return None
 
 
 _NORM_EPS = re.compile(r"\.sum\(\s*(?:dim=)?-1[^)]*\)\s*\+\s*([0-9.]+(?:e-?[0-9]+)?)")
@@ -246,10 +275,13 @@ SCORED_INPUT_GATE = (
 )
 
 
-def resolve_router_gate(experts_format: str) -> dict:
-    "The dtype HF's router gate runs in for the comparisons, and why: float32 unless the scores enter the experts' input."
-    if experts_format == "pre_dispatched":
+def resolve_router_gate(experts: dict) -> dict:
+    """The dtype HF's router gate runs in for the comparisons, and why: float32 unless HF's block cannot take a float32
+    gate (the scores enter the experts' input; or the expert layout says so, `STACKED_EXPERT_LAYOUTS`)."""
+    if experts["experts_format"] == "pre_dispatched":
         return dict(router_gate_dtype="input", router_gate_reason=SCORED_INPUT_GATE)
+    if why := experts.get("gate_in_input_dtype"):
+        return dict(router_gate_dtype="input", router_gate_reason=why)
     return {}
 
 # %% ../nbs/00b_moe_probe.ipynb #afe7ff1d
@@ -361,6 +393,57 @@ def probe_experts(experts: nn.Module, hidden_size: int) -> dict:
         **resolve_gate(experts, _activation_name(act)),
         **resolve_experts_dtypes(experts),
     )
+
+# %% ../nbs/00b_moe_probe.ipynb #8e824c2b6d3d4965b8671fbaf061646f
+STACKED_EXPERT_LAYOUTS: dict[str, dict] = {  # expert_layout -> where its tensors and activation live in the block
+    "flat_glu": dict(  # dbrx: w1 (gate), v1 (up), w2 (down, used as h @ w2): each (E*I, H)
+        tensors=dict(gate="experts.mlp.w1", up="experts.mlp.v1", down="experts.mlp.w2"),
+        act="experts.mlp.activation_fn",
+        experts_attr="experts",
+        fused_gate_up=False,  # gate and up from two matmuls
+        down_operand="transposed",  # h @ w2 on the (I, H) rows as stored
+        glu_per_expert=True,  # act(gate) * up on each expert's rows apart, in its loop
+        gate_in_input_dtype="its routing weights take the logits' dtype, and its bfloat16 `index_add_` refuses the "
+        "float32 rows a float32 gate gives",
+    ),
+    "stacked_linear": dict(  # jetmoe: input_linear (E, 2I, H), gate rows first; output_linear (E, H, I)
+        tensors=dict(gate_up="input_linear.weight", down="output_linear.weight"),
+        act="activation",
+        experts_attr="input_linear",
+        fused_gate_up=True,  # gate and up from one F.linear on the (2I, H) rows
+        down_operand="standard",  # F.linear on the (H, I) rows
+        glu_per_expert=False,  # act(gate) * up once on all rows
+        weights_dtype="input",  # its top-k weights rounded to the input's dtype (`type_as(hidden_states)`)
+        gate_in_input_dtype="its gates take the router input's dtype: with a float32 gate its whole combine would run "
+        "in float32",
+    ),
+}
+
+
+def probe_stacked_experts(block: nn.Module, num_experts: int) -> dict | None:
+    "`probe_experts`' reading of a block whose expert tensors form a row of `STACKED_EXPERT_LAYOUTS`; None if none."
+    sd = block.state_dict()
+    for layout, spec in STACKED_EXPERT_LAYOUTS.items():
+        keys = spec["tensors"]
+        if not all(k in sd for k in keys.values()):
+            continue
+        down = sd[keys["down"]]
+        width = down.shape[0] // num_experts if down.ndim == 2 else down.shape[-1]
+        code = _source(block) + _source(getattr(block, spec["experts_attr"]))
+        return dict(
+            experts_format="fused",
+            expert_layout=layout,
+            moe_intermediate_size=width,
+            num_experts=num_experts if down.ndim == 2 else down.shape[0],
+            experts_attr=spec["experts_attr"],
+            activation=_activation_name(
+                block.get_submodule(spec["act"]) if "." in spec["act"] else getattr(block, spec["act"])
+            ),
+            experts_kernel="eager",  # HF's own loop over the experts
+            combine_dtype="input" if re.search(r"index_add_?\(", code) and not _SUM_F32.search(code) else "float32",
+            gate_in_input_dtype=spec.get("gate_in_input_dtype"),
+        )
+    return None
 
 # %% ../nbs/00b_moe_probe.ipynb #1bae586f
 SHARED_EXPERT_NAMES = ("shared_expert", "shared_experts", "shared_mlp")
@@ -515,6 +598,13 @@ BLOCKERS: tuple[Blocker, ...] = (
         ),
     ),
     Blocker(
+        lambda p: p.route_norm_kind == "p_norm" and p.route_norm_p != 1.0,
+        lambda p: (
+            f"top-k scores divided by their {p.route_norm_p}-norm: TokenChoiceTopKRouter's route_norm divides by "
+            "their sum (the 1-norm); it needs a route_norm p option"
+        ),
+    ),
+    Blocker(
         lambda p: p.score_bias_on == "logits",
         lambda p: (
             "score bias added to the raw router logits for top-k (weights from the unbiased scores): "
@@ -548,6 +638,8 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
     hidden = _cfg(config, "hidden_size")
     experts = probe_experts(getattr(block, "experts", None), hidden)
     weight_key, bias_key, num_experts = router_weight_key(router, r_attr, hidden)
+    if experts["experts_format"] == "unknown":  # expert tensors under other names (dbrx, jetmoe)
+        experts = probe_stacked_experts(block, num_experts) or experts
     top_k = _first(
         getattr(router, "top_k", None),
         getattr(block, "top_k", None),
@@ -567,6 +659,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         route_scale=scale,
         route_scale_on=scale_on,
         route_norm_eps=resolve_route_norm_eps(router, block) if route_norm else None,
+        route_norm_p=resolve_route_norm_p(router, block) if norm_kind == "p_norm" else None,
         num_expert_groups=_first(getattr(router, "num_group", None), _cfg(config, "n_group", "num_expert_group")),
         num_limited_groups=_first(getattr(router, "topk_group", None), _cfg(config, "topk_group")),
         router_attr=r_attr,
@@ -575,6 +668,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         score_bias=(bias := next((k for k in map(lambda n: _find_tensor(block, n), SCORE_BIAS_NAMES) if k), None)),
         score_bias_shape=list(_get_tensor(block, bias).shape) if bias else None,
         score_bias_on=resolve_score_bias_on(router, block, bias),
+        experts_attr=experts.get("experts_attr", "experts"),
         experts_format=experts["experts_format"],
         identity_experts=experts.get("identity_experts", 0),
         expert_layout=experts["expert_layout"],
@@ -589,7 +683,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         experts_kernel=experts.get("experts_kernel", "eager"),
         **probe_shared_experts(block),
         returns=resolve_returns(block),
-        **resolve_router_gate(experts["experts_format"]),
+        **resolve_router_gate(experts),
     )
     if experts["experts_format"] != "fused":
         probe.issues += titan_blockers(probe)
@@ -645,6 +739,7 @@ def unclaimed_tensors(block: nn.Module, probe: MoEProbe) -> list[str]:
         if probe.expert_bias
         else set()
     )
+    claimed |= set(STACKED_EXPERT_LAYOUTS.get(probe.expert_layout, {}).get("tensors", {}).values())
     prefixes = tuple(f"{a}." for a in (probe.shared_attr, probe.shared_gate_attr) if a)
     return sorted(k for k in block.state_dict() if k not in claimed and not k.startswith(prefixes))
 

@@ -129,7 +129,11 @@ def build_titan_moe(
     with torch.device("meta"):
         titan = (config or titan_moe_config(probe)).build()
     return load_titan_state_(
-        titan, hf_block_to_titan(hf_block.state_dict(), probe), probe.num_experts, gate_float32, share
+        titan,
+        hf_block_to_titan(hf_block.state_dict(), probe),
+        probe.num_experts,
+        gate_float32 and probe.router_gate_dtype == "float32",  # HF's block may keep its gate's dtype (dbrx, llama4)
+        share,
     )
 
 

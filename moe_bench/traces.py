@@ -169,18 +169,18 @@ def _outs(o):
     return o if isinstance(o, (tuple, list)) else (o,)
 
 
-def _hf_router_parts(out, num_experts: int):
-    "(logits_TE, weights_TK, ids_TK) from an HF router's outputs."
+def _hf_router_parts(out, num_experts: int, top_k: int):
+    "(logits_TE, weights_TK, ids_TK) from an HF router's outputs (None for what they do not hold: dbrx's router"
+    " returns its logits alone, its block routes and hands ids and weights to the experts)."
     outs = [t for t in _outs(out) if torch.is_tensor(t)]
-    ids = next(t for t in outs if not t.is_floating_point())
+    ids = next((t for t in outs if not t.is_floating_point() and t.ndim > 1 and t.shape[-1] == top_k), None)
     floats = [t for t in outs if t.is_floating_point()]
     logits = next((t for t in floats if t.shape[-1] == num_experts), None)
-    weights = next((t for t in floats if t.shape[-1] == ids.shape[-1] and t is not logits), None)
-    K = ids.shape[-1]
+    weights = next((t for t in floats if t.ndim > 1 and t.shape[-1] == top_k and t is not logits), None)
     return (
         None if logits is None else logits.reshape(-1, num_experts),
-        None if weights is None else weights.reshape(-1, K),
-        ids.reshape(-1, K),
+        None if weights is None else weights.reshape(-1, top_k),
+        None if ids is None else ids.reshape(-1, top_k),
     )
 
 
@@ -255,7 +255,12 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
         return res | dict(
             scores=torch.softmax(logits_TE, -1) if probe.score_func == "softmax" else torch.sigmoid(logits_TE)
         )
-    logits_TE, weights_TK, ids_TK = _hf_router_parts(seen["router"], probe.num_experts)
+    logits_TE, weights_TK, ids_TK = _hf_router_parts(seen["router"], probe.num_experts, probe.top_k)
+    if ids_TK is None:  # routed by the block: the ids and weights it hands its experts (dbrx)
+        _, weights_TK, ids_TK = _hf_router_parts(seen["experts_in"], probe.num_experts, probe.top_k)
+    if ids_TK is None:  # experts called on rows already dispatched (jetmoe): the router's logits and the output only
+        scores = None if logits_TE is None else torch.softmax(logits_TE.float(), -1)
+        return dict(router_logits=logits_TE, scores=scores, output=out_BLD.reshape(-1, D))
     T, K = ids_TK.shape
     hidden_TD = seen["experts_in"][0].reshape(-1, D)
     pairs = hf_row_pairs(probe.experts_kernel, ids_TK)
@@ -273,9 +278,8 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
     ):  # the block gates the shared expert itself: sigmoid(gate(x)) * shared(x), as its code does
         res["shared"] = (torch.sigmoid(seen["shared_gate"]) * seen["shared"]).reshape(-1, D)
     if logits_TE is not None and probe.score_func in ("softmax", "sigmoid"):  # others (sparsemixer's): not derived here
-        res["scores"] = (
-            torch.softmax(logits_TE.float(), -1) if probe.score_func == "softmax" else torch.sigmoid(logits_TE.float())
-        )
+        logits = logits_TE.float() if probe.router_gate_dtype == "float32" else logits_TE  # dbrx: its gate's dtype
+        res["scores"] = torch.softmax(logits, -1) if probe.score_func == "softmax" else torch.sigmoid(logits)
     if seen["act"]:
         gates = [g for g, _ in seen["act"]]
         if all(g._base is not None and g._base.shape[-1] == 2 * g.shape[-1] for g in gates):
@@ -290,7 +294,7 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
     with torch.no_grad():  # HF's own experts, one (token, expert) pair per row, weight exactly 1
         rows_SD = hidden_TD[torch.arange(T * K) // K]
         down_SD = experts(rows_SD, ids_TK.reshape(-1, 1), torch.ones(T * K, 1, dtype=x_BLD.dtype))
-    res["expert_down"] = rows_to_slots(down_SD, torch.arange(T * K), ids_TK)
+    res["expert_down"] = rows_to_slots(down_SD.reshape(T * K, D), torch.arange(T * K), ids_TK)  # dbrx: (T*K, 1, D)
     return res
 
 # %% ../nbs/03a_traces.ipynb #d9e946ca

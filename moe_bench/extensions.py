@@ -39,12 +39,12 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'NORM_FORMS', 'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'PER_MODALITY_CORE_CHANGE',
            'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE',
            'ROUTE_NORM_P_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
-           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
-           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
-           'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter',
-           'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts',
-           'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE',
-           'output_norm_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
+           'float32_combine_', 'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp',
+           'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts',
+           'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of',
+           'SparseMixerRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating',
+           'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of',
+           'OutputNormMoE', 'output_norm_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
            'IdentityTailGroupedExperts', 'routed_output', 'PerModalityMoE', 'padded_width', 'pad_experts_',
            'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter',
            'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts',
@@ -79,15 +79,17 @@ _FLOAT32_COMBINED: dict[type, type] = {LocalTokenDispatcher: Float32CombineDispa
 
 def _float32_combine(titan: MoE) -> None:
     for moe in titan.modules():  # every MoE it holds (a per-modality MoE holds two)
-        if not isinstance(moe, MoE):
-            continue
-        dispatcher = moe.routed_experts.token_dispatcher
-        cls = type(dispatcher)
-        if cls not in _FLOAT32_COMBINED.values():  # a prototype's dispatcher keeps its own dispatch and combine, the
-            # float32 combine beneath them (`super().combine`): `score_before_experts` combines with weight 1 on top of it
-            if cls not in _FLOAT32_COMBINED:
-                _FLOAT32_COMBINED[cls] = type(f"Float32Combine{cls.__name__}", (cls, Float32CombineDispatcher), {})
-            dispatcher.__class__ = _FLOAT32_COMBINED[cls]
+        if isinstance(moe, MoE):
+            float32_combine_(moe.routed_experts.token_dispatcher)
+
+
+def float32_combine_(dispatcher: LocalTokenDispatcher) -> None:
+    "The float32 combine beneath a dispatcher: a prototype's keeps its own dispatch and combine on top (`super().combine`)."
+    cls = type(dispatcher)
+    if cls not in _FLOAT32_COMBINED.values():  # `score_before_experts` combines with weight 1 on top of it
+        if cls not in _FLOAT32_COMBINED:
+            _FLOAT32_COMBINED[cls] = type(f"Float32Combine{cls.__name__}", (cls, Float32CombineDispatcher), {})
+        dispatcher.__class__ = _FLOAT32_COMBINED[cls]
 
 
 EXTENSIONS = [

@@ -148,22 +148,26 @@ def token_order_combine(titan=None, probe=None):
         yield
 
 # %% ../nbs/03b_alignment.ipynb #e6b20223
-class _TorchWithSortedTopk:
-    "`torch`, except that `topk` always returns its values sorted."
+class _TorchWithTopk:
+    "`torch`, except that `topk` returns its values sorted or not as `sorted` says, whatever its caller asks."
+
+    def __init__(self, sorted: bool = True):
+        self.sorted = sorted
 
     def __getattr__(self, name):
         return getattr(torch, name)
 
-    @staticmethod
-    def topk(*args, **kwargs):
-        kwargs["sorted"] = True
+    def topk(self, *args, **kwargs):
+        kwargs["sorted"] = self.sorted
         return torch.topk(*args, **kwargs)
 
 
 @contextmanager
 def topk_sorted(titan=None, probe=None):
-    "Patch 3: the router's top-k sorted, as HF's."
-    with patch_attr(titan_moe, "torch", _TorchWithSortedTopk()):
+    """Patch 3: the router's top-k in HF's order: sorted, or as an unsorted `torch.topk` hands them where HF's code asks
+    for that (`probe.topk_sorted`). The slots' order decides the rows' order in an eager experts loop, which takes each
+    expert's (slot, token) pairs slot by slot, and the order of a top-k sum over more than two terms."""
+    with patch_attr(titan_moe, "torch", _TorchWithTopk(probe.topk_sorted if probe is not None else True)):
         yield
 
 # %% ../nbs/03b_alignment.ipynb #d45d80b6
@@ -390,7 +394,7 @@ PATCHES = (
     ),
     Patch(
         "topk sorted",
-        "router topk(sorted=True) as HF (known difference 3)",
+        "router topk sorted as HF's (sorted=True, or sorted=False where HF's code asks; known difference 3)",
         topk_sorted,
         lambda p, dt: p.top_k > 2 or (p.top_k > 1 and p.experts_kernel in ("grouped_mm", "eager")),
         "top_k > 2 (the normalisation sum), or top_k 2 with a kernel that orders rows by the chosen ids' slots",

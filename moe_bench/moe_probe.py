@@ -46,6 +46,7 @@ class MoEProbe:
     route_scale_on: str = "weights"  # where HF applies it: "weights" or the block's "output" (same maths)
     route_norm_eps: float | None = None  # what HF adds to the top-k sum it divides by (None: nothing)
     route_norm_p: float | None = None  # route_norm_kind "p_norm": the p of the norm HF divides the top-k scores by
+    topk_sorted: bool = True  # HF's top-k hands its experts sorted by score (False: its code passes sorted=False)
     num_expert_groups: int | None = None
     num_limited_groups: int | None = None
     router_attr: str = "gate"  # block attribute holding the router
@@ -133,6 +134,9 @@ def _called_methods(block: nn.Module) -> str:
     return "\n".join(
         _source(m.__func__) for n in names if inspect.ismethod(m := getattr(block, n, None)) and n != "forward"
     )
+
+
+_UNSORTED_TOPK = re.compile(r"topk\([^()]*(\([^()]*\)[^()]*)*sorted\s*=\s*False")  # torch.topk(..., sorted=False)
 
 
 def _routing_sources(router: nn.Module, block: nn.Module) -> tuple[str, ...]:
@@ -365,11 +369,13 @@ def probe_experts(experts: nn.Module, hidden_size: int) -> dict:
     gate_up = getattr(experts, "gate_up_proj", None)
     if gate_up is None or gate_up.ndim != 3:
         up = getattr(experts, "up_proj", None)
+        non_gated = isinstance(up, torch.Tensor) and up.ndim == 3
         return dict(
-            experts_format="non_gated" if isinstance(up, torch.Tensor) and up.ndim == 3 else "unknown",
+            experts_format="non_gated" if non_gated else "unknown",
             expert_layout="n/a",
             moe_intermediate_size=0,
             num_experts=(up.shape[0] if isinstance(up, torch.Tensor) else 0),
+            **(resolve_experts_dtypes(experts) if non_gated else {}),  # nemotron_h's kernel: its config's, not its loop
         )
     E = gate_up.shape[0]
     down = getattr(experts, "down_proj", None)
@@ -660,6 +666,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         route_scale_on=scale_on,
         route_norm_eps=resolve_route_norm_eps(router, block) if route_norm else None,
         route_norm_p=resolve_route_norm_p(router, block) if norm_kind == "p_norm" else None,
+        topk_sorted=not any(_UNSORTED_TOPK.search(src) for src in _routing_sources(router, block)),
         num_expert_groups=_first(getattr(router, "num_group", None), _cfg(config, "n_group", "num_expert_group")),
         num_limited_groups=_first(getattr(router, "topk_group", None), _cfg(config, "topk_group")),
         router_attr=r_attr,

@@ -17,7 +17,7 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_common import ShardPlacementResult
 from torch.distributed.fsdp._fully_shard._fsdp_init import _get_mesh_info
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.experimental import local_map
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -48,9 +48,10 @@ from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'GATES', 'QK_NORMS',
-           'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
-           'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'register_local_map_attention',
-           'shared_gate_sharding', 'apply_model_parallel', 'apply_fsdp']
+           'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'HF_KIND_AGREES', 'STYLES',
+           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
+           'check_plan', 'parallel_style', 'register_local_map_attention', 'shared_gate_sharding',
+           'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -60,6 +61,7 @@ STATE_KINDS = (
     "norm_sp",
     "gathered_norm",
     "head_sharded",
+    "blockwise",
     "replicate",
     "lm_head",
     "titan_moe",
@@ -143,6 +145,11 @@ HEAD_COUNTS = ("num_heads", "num_key_value_heads")  # attention attributes that 
 DENSE_MLPS = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))  # (gate, up, down); lfm2_moe: w1/w3/w2
 GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
 QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
+# what a linear-attention forward reads of its heads (qwen3_next's gated deltanet): head counts and their widths
+LINEAR_HEAD_COUNTS = ("num_k_heads", "num_v_heads", "key_dim", "value_dim")
+KEY_HEADS = "num_k_heads"  # the fused in-projections are grouped per key head: whole groups go to a rank
+CONV_SECTIONS = (("key_dim", "key_dim", "value_dim"),)  # the widths a depthwise conv runs over: cat(q, k, v)
+HEAD_WIDTHS = ("head_v_dim", "head_k_dim", "head_dim")  # a norm this wide runs within each head
 
 
 def _is_norm(module: nn.Module, hidden: int) -> bool:
@@ -223,6 +230,67 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
     return [], None
 
 
+def _reads(cls: type, attr: str) -> bool:
+    "Whether a method of `cls` other than `__init__` (its forward, or a helper the forward calls) reads `self.<attr>`."
+    return any(
+        f"self.{attr}" in inspect.getsource(f)
+        for k, f in vars(cls).items()
+        if inspect.isfunction(f) and k != "__init__"
+    )
+
+
+def _linear_attention_entries(name: str, mixer: nn.Module) -> list:
+    """Entries of a linear-attention mixer (an out-projection, a depthwise conv, per-head state), head-sharded as
+    torchtitan shards Qwen3.5's gated deltanet; [] where the module is not one."""
+    kids = dict(mixer.named_children())
+    o_proj = next((n for n in OUT_PROJ if n in kids), None)
+    conv = next(
+        (n for n, m in kids.items() if isinstance(m, nn.Conv1d) and m.groups == m.in_channels == m.out_channels), None
+    )
+    if o_proj is None or conv is None or not isinstance(getattr(mixer, KEY_HEADS, None), int):
+        return []
+    counts = tuple(a for a in LINEAR_HEAD_COUNTS if isinstance(getattr(mixer, a, None), int) and _reads(type(mixer), a))
+    heads = {getattr(mixer, a) for a in counts if a.endswith("heads")}
+    outside = [n for n, p in mixer.named_parameters(recurse=False) if p.ndim != 1 or p.shape[0] not in heads]
+    out = [
+        Entry(
+            name,
+            S("head_sharded", kwarg="hidden_states", local_counts=counts)  # A_log, dt_bias: Shard(0) per head
+            if not outside
+            else S("unshardable", reason=f"mixer state {outside} is not one value per head"),
+        ),
+        Entry(f"{name}.{o_proj}", S("rowwise_sp")),
+    ]
+    width = kids[conv].out_channels
+    sections = next(
+        (tuple(getattr(mixer, a) for a in names) for names in CONV_SECTIONS if all(hasattr(mixer, a) for a in names)),
+        (),
+    )
+    out.append(
+        Entry(f"{name}.{conv}", S("blockwise", sections=sections, read_by="owner"))
+        if sum(sections) == width
+        else Entry(f"{name}.{conv}", S("unshardable", reason=f"conv over {width} channels: no known sections"))
+    )
+    groups = getattr(mixer, KEY_HEADS)
+    for n, m in kids.items():
+        if n in (o_proj, conv):
+            continue
+        if isinstance(m, nn.Linear):  # a fused projection whose columns are whole key-head groups
+            out.append(
+                Entry(f"{name}.{n}", S("colwise", local=True))
+                if m.out_features % groups == 0
+                else Entry(f"{name}.{n}", S("unshardable", reason=f"{m.out_features} columns: not per key head"))
+            )
+        elif set(dict(m.named_parameters())) == {"weight"}:  # a norm: within each head, or across them
+            within = m.weight.numel() in {getattr(mixer, a, None) for a in HEAD_WIDTHS}
+            out.append(
+                Entry(f"{name}.{n}", S("replicate", mode="local_rows"))
+                if within
+                else Entry(f"{name}.{n}", S("unshardable", reason=f"{n} is {m.weight.numel()} wide: not one head"))
+            )
+    return out
+
+
 def _moe_entries(name: str, moe: MoE) -> list:
     "Every module of a torchtitan MoE that holds state, with its role in torchtitan's own sharding."
     out = []
@@ -297,7 +365,7 @@ def model_plan(model: nn.Module) -> Plan:
                 ]
             else:
                 attn, mode = _attention_entries(full, child)
-                entries += attn
+                entries += attn or _linear_attention_entries(full, child)
                 if mode:
                     modes.add(mode)
     attention = "local_map" if "local_map" in modes else "local"
@@ -319,7 +387,7 @@ def model_plan(model: nn.Module) -> Plan:
 HF_KIND_AGREES = {
     "colwise": {"colwise"},
     "rowwise": {"rowwise_sp"},
-    "replicated_with_grad_allreduce": {"norm_sp", "replicate:dtensor"},
+    "replicated_with_grad_allreduce": {"norm_sp", "replicate:dtensor", "replicate:local_rows"},
 }
 
 
@@ -374,7 +442,11 @@ def check_plan(
             problems.append(f"{mname}: boundary spec {spec} on a module holding {owned[mname]}")
         if tp and spec.kind == "unshardable":
             problems.append(f"{mname}: cannot be sharded under TP: {spec.opt('reason')}")
-        if role_rules and spec.kind == "replicate" and spec.opt("mode") not in ("dtensor", "dtensor_state"):
+        if (
+            role_rules
+            and spec.kind == "replicate"
+            and spec.opt("mode") not in ("dtensor", "dtensor_state", "local_rows")
+        ):
             trainable = [f"{mname}.{n}" for n, p in mod.named_parameters(recurse=False) if p.requires_grad]
             if trainable:
                 problems.append(
@@ -402,7 +474,7 @@ def check_plan(
 class _ReplicateOwnState:
     "A module's own parameters and buffers (not its children's) become Replicate DTensors on the TP mesh; no hooks."
 
-    def apply(self, module: nn.Module, mesh) -> None:
+    def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         for n, p in list(module.named_parameters(recurse=False)):
             module.register_parameter(
                 n, nn.Parameter(distribute_tensor(p.data, mesh, [Replicate()]), requires_grad=p.requires_grad)
@@ -423,7 +495,7 @@ class _HeadShardedState:
     def __init__(self, gather: ParallelStyle | None):
         self.gather = gather
 
-    def apply(self, module: nn.Module, mesh) -> None:
+    def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         names = [n for n, _ in module.named_parameters(recurse=False)]
         for n in names:
             p = module._parameters[n]
@@ -443,6 +515,48 @@ class _HeadShardedState:
         module.register_forward_hook(restore, with_kwargs=True)
         if self.gather is not None:
             parallelize_module(module, mesh, self.gather)
+
+
+def _rank_rows(t: torch.Tensor, sections: tuple[int, ...], rank: int, size: int) -> torch.Tensor:
+    "The rank's rows of `t`: each section along dim 0 split in `size` contiguous pieces, the rank's pieces concatenated."
+    starts = [sum(sections[:i]) for i in range(len(sections))]
+    return torch.cat(
+        [t[s + rank * w // size : s + (rank + 1) * w // size] for s, w in zip(starts, sections, strict=True)]
+    )
+
+
+class _LocalRowsState:
+    """A module's own parameters whole on every rank (Replicate DTensors); the forward that reads them sees plain local
+    tensors: with `sections`, each section along dim 0 split over the ranks and the rank's pieces concatenated (HF's
+    deltanet runs one depthwise conv over cat(q, k, v): each of q, k and v goes with its heads, as torchtitan's three
+    convs do, each Shard(0)); without, the whole (a per-head norm applied to the rank's heads). The gradient comes
+    back as a partial sum (`to_local(grad_placements=[Partial()])`), summed over the TP ranks where it is read."""
+
+    def __init__(self, sections: tuple[int, ...] = ()):
+        self.sections = sections
+
+    def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
+        names = [n for n, _ in module.named_parameters(recurse=False)]
+        rank, size = mesh.get_local_rank(), mesh.size()
+        for n in names:
+            p = module._parameters[n]
+            if self.sections and (sum(self.sections) != p.shape[0] or any(w % size for w in self.sections)):
+                raise PlanError(f"{n} {tuple(p.shape)}: sections {self.sections} do not split over {size} ranks")
+            module.register_parameter(
+                n, nn.Parameter(distribute_tensor(p.data, mesh, [Replicate()]), requires_grad=p.requires_grad)
+            )
+
+        def local_views(mod, args, kwargs):
+            module._whole = {n: module._parameters[n] for n in names}  # FSDP may have set new ones since apply
+            for n, p in module._whole.items():
+                whole = p.to_local(grad_placements=[Partial()])
+                module._parameters[n] = _rank_rows(whole, self.sections, rank, size) if self.sections else whole
+
+        def restore(mod, args, kwargs, output):
+            module._parameters.update(module._whole)
+
+        reader.register_forward_pre_hook(local_views, with_kwargs=True)
+        reader.register_forward_hook(restore, with_kwargs=True)
 
 
 def _gather_input(spec: Spec) -> ParallelStyle:
@@ -476,8 +590,10 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
     "lm_head": lambda spec: ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True),
     "gathered_norm": lambda spec: NoParallel(input_layout=Shard(2), output_layout=Shard(2), use_local_output=True),
     "head_sharded": lambda spec: _HeadShardedState(_gather_input(spec) if spec.opt("kwarg") else None),
+    "blockwise": lambda spec: _LocalRowsState(spec.opt("sections")),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),
+    "replicate:local_rows": lambda spec: _LocalRowsState(),
     "replicate:dtensor_outputs": _replicated_outputs,
     "replicate:plain": lambda spec: None,  # a plain tensor: nothing to do
     "gather_input": _gather_input,
@@ -555,7 +671,9 @@ def apply_model_parallel(
             if style is None:
                 continue
             if not isinstance(style, ParallelStyle):  # a moe_bench layout of a module's own state
-                style.apply(modules[mname], tp_mesh)
+                # read by the module's own forward, or by its owner's (HF's deltanet reads `conv1d.weight` itself)
+                reader = modules[mname.rpartition(".")[0]] if spec.opt("read_by") == "owner" else modules[mname]
+                style.apply(modules[mname], tp_mesh, reader)
             else:
                 parallelize_module(modules[mname], tp_mesh, style)
             for attr in spec.opt("local_counts") or ():  # a head count the module's forward reads: the local one

@@ -17,7 +17,7 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_common import ShardPlacementResult
 from torch.distributed.fsdp._fully_shard._fsdp_init import _get_mesh_info
-from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.experimental import local_map
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -250,7 +250,7 @@ def _linear_attention_entries(name: str, mixer: nn.Module) -> list:
     if o_proj is None or conv is None or not isinstance(getattr(mixer, KEY_HEADS, None), int):
         return []
     counts = tuple(a for a in LINEAR_HEAD_COUNTS if isinstance(getattr(mixer, a, None), int) and _reads(type(mixer), a))
-    heads = {getattr(mixer, a) for a in counts if a.endswith("heads")}
+    heads = {v for a in LINEAR_HEAD_COUNTS if a.endswith("heads") and isinstance(v := getattr(mixer, a, None), int)}
     outside = [n for n, p in mixer.named_parameters(recurse=False) if p.ndim != 1 or p.shape[0] not in heads]
     out = [
         Entry(
@@ -275,7 +275,9 @@ def _linear_attention_entries(name: str, mixer: nn.Module) -> list:
     for n, m in kids.items():
         if n in (o_proj, conv):
             continue
-        if isinstance(m, nn.Linear):  # a fused projection whose columns are whole key-head groups
+        if isinstance(m, nn.Linear) and sections and m.out_features == sum(sections):  # the conv's input, unfused
+            out.append(Entry(f"{name}.{n}", S("blockwise", sections=sections)))  # (qwen3_5_moe's in_proj_qkv)
+        elif isinstance(m, nn.Linear):  # one section, or fused in whole key-head groups (qwen3_next's in_proj_qkvz)
             out.append(
                 Entry(f"{name}.{n}", S("colwise", local=True))
                 if m.out_features % groups == 0
@@ -551,6 +553,9 @@ class _LocalRowsState:
             for n, p in module._whole.items():
                 whole = p.to_local(grad_placements=[Partial()])
                 module._parameters[n] = _rank_rows(whole, self.sections, rank, size) if self.sections else whole
+            if mod is module:  # its own forward (a projection): a gathered input read whole, its gradient partial
+                local = [a.to_local(grad_placements=[Partial()]) if isinstance(a, DTensor) else a for a in args]
+                return tuple(local), kwargs
 
         def restore(mod, args, kwargs, output):
             module._parameters.update(module._whole)

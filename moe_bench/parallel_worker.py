@@ -64,7 +64,11 @@ CONFIG_NAMES = ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")
 def tp_degree(cfg, world: int = WORLD) -> int:
     "The largest TP degree (world, else 2) that divides heads, kv heads, linear-attention heads, vocab, sequence and every width."
     dims = [cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size, SEQ, cfg.hidden_size]
-    dims += [getattr(cfg, k) for k in ("linear_num_key_heads", "linear_num_value_heads") if getattr(cfg, k, None)]
+    dims += [
+        getattr(cfg, k)
+        for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_num_heads")
+        if getattr(cfg, k, None)
+    ]
     dims += [
         getattr(cfg, k)
         for k in ("moe_intermediate_size", "intermediate_size", "shared_expert_intermediate_size")

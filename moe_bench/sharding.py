@@ -145,10 +145,12 @@ HEAD_COUNTS = ("num_heads", "num_key_value_heads")  # attention attributes that 
 DENSE_MLPS = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))  # (gate, up, down); lfm2_moe: w1/w3/w2
 GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
 QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
-# what a linear-attention forward reads of its heads (qwen3_next's gated deltanet): head counts and their widths
-LINEAR_HEAD_COUNTS = ("num_k_heads", "num_v_heads", "key_dim", "value_dim")
-KEY_HEADS = "num_k_heads"  # the fused in-projections are grouped per key head: whole groups go to a rank
-CONV_SECTIONS = (("key_dim", "key_dim", "value_dim"),)  # the widths a depthwise conv runs over: cat(q, k, v)
+# what a linear-attention forward reads of its heads (qwen3_next's gated deltanet, kimi_linear's delta attention):
+# head counts and their widths
+LINEAR_HEAD_COUNTS = ("num_k_heads", "num_v_heads", "num_heads", "key_dim", "value_dim", "qkv_dim")
+KEY_HEADS = ("num_k_heads", "num_heads")  # fused in-projections are grouped per key head: whole groups to a rank
+# the widths a depthwise conv runs over, cat(q, k, v): qwen3_next, kimi_linear
+CONV_SECTIONS = (("key_dim", "key_dim", "value_dim"), ("qkv_dim", "qkv_dim", "qkv_dim"))
 HEAD_WIDTHS = ("head_v_dim", "head_k_dim", "head_dim")  # a norm this wide runs within each head
 
 
@@ -239,57 +241,83 @@ def _reads(cls: type, attr: str) -> bool:
     )
 
 
+def _per_head(p: torch.Tensor, heads: set[int], widths: set[int]) -> int | None:
+    "The dim of `p` that holds one value (or one head-major row of a head's width) per head; None if there is none."
+    dims = [i for i, s in enumerate(p.shape) if s != 1]
+    sizes = heads | {h * w for h in heads for w in widths}
+    return dims[0] if len(dims) == 1 and p.shape[dims[0]] in sizes else None
+
+
 def _linear_attention_entries(name: str, mixer: nn.Module) -> list:
-    """Entries of a linear-attention mixer (an out-projection, a depthwise conv, per-head state), head-sharded as
-    torchtitan shards Qwen3.5's gated deltanet; [] where the module is not one."""
+    """Entries of a linear-attention mixer (an out-projection beside a depthwise conv), head-sharded as torchtitan
+    shards Qwen3.5's gated deltanet, with a child holding per-head state (kimi_linear's forget gate) sharded the same
+    way; [] where the module is not one."""
     kids = dict(mixer.named_children())
     o_proj = next((n for n in OUT_PROJ if n in kids), None)
     conv = next(
         (n for n, m in kids.items() if isinstance(m, nn.Conv1d) and m.groups == m.in_channels == m.out_channels), None
     )
-    if o_proj is None or conv is None or not isinstance(getattr(mixer, KEY_HEADS, None), int):
+    groups = next((v for a in KEY_HEADS if isinstance(v := getattr(mixer, a, None), int)), None)
+    if o_proj is None or conv is None or groups is None:
         return []
-    counts = tuple(a for a in LINEAR_HEAD_COUNTS if isinstance(getattr(mixer, a, None), int) and _reads(type(mixer), a))
+    hidden = kids[o_proj].out_features
     heads = {v for a in LINEAR_HEAD_COUNTS if a.endswith("heads") and isinstance(v := getattr(mixer, a, None), int)}
-    outside = [n for n, p in mixer.named_parameters(recurse=False) if p.ndim != 1 or p.shape[0] not in heads]
-    out = [
-        Entry(
-            name,
-            S("head_sharded", kwarg="hidden_states", local_counts=counts)  # A_log, dt_bias: Shard(0) per head
-            if not outside
-            else S("unshardable", reason=f"mixer state {outside} is not one value per head"),
-        ),
-        Entry(f"{name}.{o_proj}", S("rowwise_sp")),
-    ]
+    widths = {v for a in HEAD_WIDTHS if isinstance(v := getattr(mixer, a, None), int)}
     width = kids[conv].out_channels
     sections = next(
         (tuple(getattr(mixer, a) for a in names) for names in CONV_SECTIONS if all(hasattr(mixer, a) for a in names)),
         (),
     )
+
+    def state(full: str, m: nn.Module, **kw) -> Entry:  # own state one value (or one head-major row) per head
+        counts = tuple(a for a in LINEAR_HEAD_COUNTS if isinstance(getattr(m, a, None), int) and _reads(type(m), a))
+        local = dict(local_counts=counts) if counts else {}
+        own = list(m.named_parameters(recurse=False))
+        outside = [n for n, p in own if _per_head(p, heads, widths) is None]
+        return Entry(
+            full,
+            S("unshardable", reason=f"state {outside} is not one value per head")
+            if outside
+            else S("head_sharded", **kw, **local)  # A_log, dt_bias: sharded with their heads
+            if own
+            else S("gather_input", **kw, **local),
+        )
+
+    def projections(full: str, m: nn.Module) -> list:
+        linears = {n: c for n, c in m.named_children() if isinstance(c, nn.Linear) and c is not kids[o_proj]}
+        low_rank = {c.in_features for c in linears.values() if c.in_features != hidden}  # kimi's f_b_proj, g_b_proj
+        out = []
+        for n, c in linears.items():
+            if sections and c.out_features == sum(sections):  # the conv's input, unfused (qwen3_5_moe's in_proj_qkv)
+                spec = S("blockwise", sections=sections)
+            elif c.in_features == hidden and c.out_features in low_rank:  # a low-rank "a" projection: replicated
+                spec = S("replicate", mode="dtensor")
+            elif c.out_features % groups == 0:  # one section, or fused in whole key-head groups (qwen3_next)
+                spec = S("colwise", local=True)
+            else:
+                spec = S("unshardable", reason=f"{c.out_features} columns: not per key head")
+            out.append(Entry(f"{full}.{n}", spec))
+        return out
+
+    out = [state(name, mixer, kwarg="hidden_states"), Entry(f"{name}.{o_proj}", S("rowwise_sp"))]
     out.append(
         Entry(f"{name}.{conv}", S("blockwise", sections=sections, read_by="owner"))
         if sum(sections) == width
         else Entry(f"{name}.{conv}", S("unshardable", reason=f"conv over {width} channels: no known sections"))
     )
-    groups = getattr(mixer, KEY_HEADS)
+    out += projections(name, mixer)
     for n, m in kids.items():
-        if n in (o_proj, conv):
+        if n in (o_proj, conv) or isinstance(m, nn.Linear):
             continue
-        if isinstance(m, nn.Linear) and sections and m.out_features == sum(sections):  # the conv's input, unfused
-            out.append(Entry(f"{name}.{n}", S("blockwise", sections=sections)))  # (qwen3_5_moe's in_proj_qkv)
-        elif isinstance(m, nn.Linear):  # one section, or fused in whole key-head groups (qwen3_next's in_proj_qkvz)
-            out.append(
-                Entry(f"{name}.{n}", S("colwise", local=True))
-                if m.out_features % groups == 0
-                else Entry(f"{name}.{n}", S("unshardable", reason=f"{m.out_features} columns: not per key head"))
-            )
-        elif set(dict(m.named_parameters())) == {"weight"}:  # a norm: within each head, or across them
-            within = m.weight.numel() in {getattr(mixer, a, None) for a in HEAD_WIDTHS}
+        if set(dict(m.named_parameters())) == {"weight"}:  # a norm: within each head, or across them
+            within = m.weight.numel() in widths
             out.append(
                 Entry(f"{name}.{n}", S("replicate", mode="local_rows"))
                 if within
                 else Entry(f"{name}.{n}", S("unshardable", reason=f"{n} is {m.weight.numel()} wide: not one head"))
             )
+        elif _has_own_state(m) and all(isinstance(c, nn.Linear) for c in m.children()):  # a gate with per-head state
+            out += [state(f"{name}.{n}", m), *projections(f"{name}.{n}", m)]
     return out
 
 
@@ -365,9 +393,11 @@ def model_plan(model: nn.Module) -> Plan:
                     Entry(f"{full}.{up}", S("colwise", local=True)),
                     Entry(f"{full}.{down}", S("rowwise_sp")),
                 ]
+            elif linear := _linear_attention_entries(full, child):  # before the GQA names: kimi_linear has them too
+                entries += linear
             else:
                 attn, mode = _attention_entries(full, child)
-                entries += attn or _linear_attention_entries(full, child)
+                entries += attn
                 if mode:
                     modes.add(mode)
     attention = "local_map" if "local_map" in modes else "local"
@@ -501,8 +531,9 @@ class _HeadShardedState:
         names = [n for n, _ in module.named_parameters(recurse=False)]
         for n in names:
             p = module._parameters[n]
+            heads = next((i for i, s in enumerate(p.shape) if s != 1), 0)  # kimi_linear's A_log is (1, 1, H, 1)
             module.register_parameter(
-                n, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(0)]), requires_grad=p.requires_grad)
+                n, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(heads)]), requires_grad=p.requires_grad)
             )
 
         def local_views(mod, args, kwargs):

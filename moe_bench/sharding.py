@@ -241,11 +241,10 @@ def _reads(cls: type, attr: str) -> bool:
     )
 
 
-def _per_head(p: torch.Tensor, heads: set[int], widths: set[int]) -> int | None:
-    "The dim of `p` that holds one value (or one head-major row of a head's width) per head; None if there is none."
-    dims = [i for i, s in enumerate(p.shape) if s != 1]
-    sizes = heads | {h * w for h in heads for w in widths}
-    return dims[0] if len(dims) == 1 and p.shape[dims[0]] in sizes else None
+def _is_per_head(p: torch.Tensor, heads: set[int], widths: set[int]) -> bool:
+    "Whether `p` has one dim beside unit ones, holding one value (or one head-major row of a head's width) per head."
+    dims = [s for s in p.shape if s != 1]
+    return len(dims) == 1 and dims[0] in heads | {h * w for h in heads for w in widths}
 
 
 def _linear_attention_entries(name: str, mixer: nn.Module) -> list:
@@ -273,7 +272,7 @@ def _linear_attention_entries(name: str, mixer: nn.Module) -> list:
         counts = tuple(a for a in LINEAR_HEAD_COUNTS if isinstance(getattr(m, a, None), int) and _reads(type(m), a))
         local = dict(local_counts=counts) if counts else {}
         own = list(m.named_parameters(recurse=False))
-        outside = [n for n, p in own if _per_head(p, heads, widths) is None]
+        outside = [n for n, p in own if not _is_per_head(p, heads, widths)]
         return Entry(
             full,
             S("unshardable", reason=f"state {outside} is not one value per head")

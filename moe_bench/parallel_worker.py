@@ -62,8 +62,13 @@ CONFIG_NAMES = ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")
 
 
 def tp_degree(cfg, world: int = WORLD) -> int:
-    "The largest TP degree (world, else 2) that divides heads, kv heads, vocab, sequence and every width."
+    "The largest TP degree (world, else 2) that divides heads, kv heads, linear-attention heads, vocab, sequence and every width."
     dims = [cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size, SEQ, cfg.hidden_size]
+    dims += [
+        getattr(cfg, k)
+        for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_num_heads")
+        if getattr(cfg, k, None)
+    ]
     dims += [
         getattr(cfg, k)
         for k in ("moe_intermediate_size", "intermediate_size", "shared_expert_intermediate_size")
@@ -332,6 +337,29 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
                 plan.replaced(per_head, S("replicate", mode="dtensor_state")),
                 True,
                 "runtime error",
+            )
+        )
+    blockwise = next((e for e in plan.entries if e.spec.kind == "blockwise"), None)
+    if blockwise:  # the natural mistake: the conv's channels split contiguously, as if they were one section
+        whole = (sum(blockwise.spec.opt("sections")),)
+        out.append(
+            (
+                f"wrong layout: {blockwise.pattern.rsplit('.', 1)[-1]} contiguously Shard(0), not per section",
+                plan.replaced(blockwise.pattern, S("blockwise", **dict(blockwise.spec.opts) | dict(sections=whole))),
+                True,
+                "parity check",
+            )
+        )
+    rows = next(
+        (e.pattern for e in plan.entries if e.spec.kind == "replicate" and e.spec.opt("mode") == "local_rows"), None
+    )
+    if rows:
+        out.append(
+            (
+                f"wrong reduction: the per-head {rows.rsplit('.', 1)[-1]} a plain replicated tensor (check's role rules off)",
+                plan.replaced(rows, S("replicate", mode="plain")),
+                False,
+                "parity check",
             )
         )
     patterns = {e.pattern for e in plan.entries}

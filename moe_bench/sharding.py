@@ -17,7 +17,7 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_common import ShardPlacementResult
 from torch.distributed.fsdp._fully_shard._fsdp_init import _get_mesh_info
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.experimental import local_map
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -48,9 +48,10 @@ from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'GATES', 'QK_NORMS',
-           'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
-           'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'register_local_map_attention',
-           'shared_gate_sharding', 'apply_model_parallel', 'apply_fsdp']
+           'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'HF_KIND_AGREES', 'STYLES',
+           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
+           'check_plan', 'parallel_style', 'register_local_map_attention', 'shared_gate_sharding',
+           'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -60,6 +61,7 @@ STATE_KINDS = (
     "norm_sp",
     "gathered_norm",
     "head_sharded",
+    "blockwise",
     "replicate",
     "lm_head",
     "titan_moe",
@@ -143,6 +145,13 @@ HEAD_COUNTS = ("num_heads", "num_key_value_heads")  # attention attributes that 
 DENSE_MLPS = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))  # (gate, up, down); lfm2_moe: w1/w3/w2
 GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
 QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
+# what a linear-attention forward reads of its heads (qwen3_next's gated deltanet, kimi_linear's delta attention):
+# head counts and their widths
+LINEAR_HEAD_COUNTS = ("num_k_heads", "num_v_heads", "num_heads", "key_dim", "value_dim", "qkv_dim")
+KEY_HEADS = ("num_k_heads", "num_heads")  # fused in-projections are grouped per key head: whole groups to a rank
+# the widths a depthwise conv runs over, cat(q, k, v): qwen3_next, kimi_linear
+CONV_SECTIONS = (("key_dim", "key_dim", "value_dim"), ("qkv_dim", "qkv_dim", "qkv_dim"))
+HEAD_WIDTHS = ("head_v_dim", "head_k_dim", "head_dim")  # a norm this wide runs within each head
 
 
 def _is_norm(module: nn.Module, hidden: int) -> bool:
@@ -223,6 +232,94 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
     return [], None
 
 
+def _reads(cls: type, attr: str) -> bool:
+    "Whether a method of `cls` other than `__init__` (its forward, or a helper the forward calls) reads `self.<attr>`."
+    return any(
+        f"self.{attr}" in inspect.getsource(f)
+        for k, f in vars(cls).items()
+        if inspect.isfunction(f) and k != "__init__"
+    )
+
+
+def _is_per_head(p: torch.Tensor, heads: set[int], widths: set[int]) -> bool:
+    "Whether `p` has one dim beside unit ones, holding one value (or one head-major row of a head's width) per head."
+    dims = [s for s in p.shape if s != 1]
+    return len(dims) == 1 and dims[0] in heads | {h * w for h in heads for w in widths}
+
+
+def _linear_attention_entries(name: str, mixer: nn.Module) -> list:
+    """Entries of a linear-attention mixer (an out-projection beside a depthwise conv), head-sharded as torchtitan
+    shards Qwen3.5's gated deltanet, with a child holding per-head state (kimi_linear's forget gate) sharded the same
+    way; [] where the module is not one."""
+    kids = dict(mixer.named_children())
+    o_proj = next((n for n in OUT_PROJ if n in kids), None)
+    conv = next(
+        (n for n, m in kids.items() if isinstance(m, nn.Conv1d) and m.groups == m.in_channels == m.out_channels), None
+    )
+    groups = next((v for a in KEY_HEADS if isinstance(v := getattr(mixer, a, None), int)), None)
+    if o_proj is None or conv is None or groups is None:
+        return []
+    hidden = kids[o_proj].out_features
+    heads = {v for a in LINEAR_HEAD_COUNTS if a.endswith("heads") and isinstance(v := getattr(mixer, a, None), int)}
+    widths = {v for a in HEAD_WIDTHS if isinstance(v := getattr(mixer, a, None), int)}
+    width = kids[conv].out_channels
+    sections = next(
+        (tuple(getattr(mixer, a) for a in names) for names in CONV_SECTIONS if all(hasattr(mixer, a) for a in names)),
+        (),
+    )
+
+    def state(full: str, m: nn.Module, **kw) -> Entry:  # own state one value (or one head-major row) per head
+        counts = tuple(a for a in LINEAR_HEAD_COUNTS if isinstance(getattr(m, a, None), int) and _reads(type(m), a))
+        local = dict(local_counts=counts) if counts else {}
+        own = list(m.named_parameters(recurse=False))
+        outside = [n for n, p in own if not _is_per_head(p, heads, widths)]
+        return Entry(
+            full,
+            S("unshardable", reason=f"state {outside} is not one value per head")
+            if outside
+            else S("head_sharded", **kw, **local)  # A_log, dt_bias: sharded with their heads
+            if own
+            else S("gather_input", **kw, **local),
+        )
+
+    def projections(full: str, m: nn.Module) -> list:
+        linears = {n: c for n, c in m.named_children() if isinstance(c, nn.Linear) and c is not kids[o_proj]}
+        low_rank = {c.in_features for c in linears.values() if c.in_features != hidden}  # kimi's f_b_proj, g_b_proj
+        out = []
+        for n, c in linears.items():
+            if sections and c.out_features == sum(sections):  # the conv's input, unfused (qwen3_5_moe's in_proj_qkv)
+                spec = S("blockwise", sections=sections)
+            elif c.in_features == hidden and c.out_features in low_rank:  # a low-rank "a" projection: replicated
+                spec = S("replicate", mode="dtensor")
+            elif c.out_features % groups == 0:  # one section, or fused in whole key-head groups (qwen3_next)
+                spec = S("colwise", local=True)
+            else:
+                spec = S("unshardable", reason=f"{c.out_features} columns: not per key head")
+            out.append(Entry(f"{full}.{n}", spec))
+        return out
+
+    out = [state(name, mixer, kwarg="hidden_states"), Entry(f"{name}.{o_proj}", S("rowwise_sp"))]
+    out.append(
+        Entry(f"{name}.{conv}", S("blockwise", sections=sections, read_by="owner"))
+        if sum(sections) == width
+        else Entry(f"{name}.{conv}", S("unshardable", reason=f"conv over {width} channels: no known sections"))
+    )
+    out += projections(name, mixer)
+    for n, m in kids.items():
+        if n in (o_proj, conv) or isinstance(m, nn.Linear):
+            continue
+        if set(dict(m.named_parameters())) == {"weight"}:  # a norm: within each head, or across them
+            within = m.weight.numel() in widths
+            out.append(
+                Entry(f"{name}.{n}", S("replicate", mode="local_rows"))
+                if within
+                else Entry(f"{name}.{n}", S("unshardable", reason=f"{n} is {m.weight.numel()} wide: not one head"))
+            )
+        elif _has_own_state(m) and all(isinstance(c, nn.Linear) for c in m.children()):  # a gate with per-head state
+            out += [state(f"{name}.{n}", m), *projections(f"{name}.{n}", m)]
+    return out
+
+
 def _moe_entries(name: str, moe: MoE) -> list:
     "Every module of a torchtitan MoE that holds state, with its role in torchtitan's own sharding."
     out = []
@@ -295,6 +392,8 @@ def model_plan(model: nn.Module) -> Plan:
                     Entry(f"{full}.{up}", S("colwise", local=True)),
                     Entry(f"{full}.{down}", S("rowwise_sp")),
                 ]
+            elif linear := _linear_attention_entries(full, child):  # before the GQA names: kimi_linear has them too
+                entries += linear
             else:
                 attn, mode = _attention_entries(full, child)
                 entries += attn
@@ -319,7 +418,7 @@ def model_plan(model: nn.Module) -> Plan:
 HF_KIND_AGREES = {
     "colwise": {"colwise"},
     "rowwise": {"rowwise_sp"},
-    "replicated_with_grad_allreduce": {"norm_sp", "replicate:dtensor"},
+    "replicated_with_grad_allreduce": {"norm_sp", "replicate:dtensor", "replicate:local_rows"},
 }
 
 
@@ -374,7 +473,11 @@ def check_plan(
             problems.append(f"{mname}: boundary spec {spec} on a module holding {owned[mname]}")
         if tp and spec.kind == "unshardable":
             problems.append(f"{mname}: cannot be sharded under TP: {spec.opt('reason')}")
-        if role_rules and spec.kind == "replicate" and spec.opt("mode") not in ("dtensor", "dtensor_state"):
+        if (
+            role_rules
+            and spec.kind == "replicate"
+            and spec.opt("mode") not in ("dtensor", "dtensor_state", "local_rows")
+        ):
             trainable = [f"{mname}.{n}" for n, p in mod.named_parameters(recurse=False) if p.requires_grad]
             if trainable:
                 problems.append(
@@ -402,7 +505,7 @@ def check_plan(
 class _ReplicateOwnState:
     "A module's own parameters and buffers (not its children's) become Replicate DTensors on the TP mesh; no hooks."
 
-    def apply(self, module: nn.Module, mesh) -> None:
+    def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         for n, p in list(module.named_parameters(recurse=False)):
             module.register_parameter(
                 n, nn.Parameter(distribute_tensor(p.data, mesh, [Replicate()]), requires_grad=p.requires_grad)
@@ -423,12 +526,13 @@ class _HeadShardedState:
     def __init__(self, gather: ParallelStyle | None):
         self.gather = gather
 
-    def apply(self, module: nn.Module, mesh) -> None:
+    def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         names = [n for n, _ in module.named_parameters(recurse=False)]
         for n in names:
             p = module._parameters[n]
+            heads = next((i for i, s in enumerate(p.shape) if s != 1), 0)  # kimi_linear's A_log is (1, 1, H, 1)
             module.register_parameter(
-                n, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(0)]), requires_grad=p.requires_grad)
+                n, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(heads)]), requires_grad=p.requires_grad)
             )
 
         def local_views(mod, args, kwargs):
@@ -443,6 +547,51 @@ class _HeadShardedState:
         module.register_forward_hook(restore, with_kwargs=True)
         if self.gather is not None:
             parallelize_module(module, mesh, self.gather)
+
+
+def _rank_rows(t: torch.Tensor, sections: tuple[int, ...], rank: int, size: int) -> torch.Tensor:
+    "The rank's rows of `t`: each section along dim 0 split in `size` contiguous pieces, the rank's pieces concatenated."
+    starts = [sum(sections[:i]) for i in range(len(sections))]
+    return torch.cat(
+        [t[s + rank * w // size : s + (rank + 1) * w // size] for s, w in zip(starts, sections, strict=True)]
+    )
+
+
+class _LocalRowsState:
+    """A module's own parameters whole on every rank (Replicate DTensors); the forward that reads them sees plain local
+    tensors: with `sections`, each section along dim 0 split over the ranks and the rank's pieces concatenated (HF's
+    deltanet runs one depthwise conv over cat(q, k, v): each of q, k and v goes with its heads, as torchtitan's three
+    convs do, each Shard(0)); without, the whole (a per-head norm applied to the rank's heads). The gradient comes
+    back as a partial sum (`to_local(grad_placements=[Partial()])`), summed over the TP ranks where it is read."""
+
+    def __init__(self, sections: tuple[int, ...] = ()):
+        self.sections = sections
+
+    def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
+        names = [n for n, _ in module.named_parameters(recurse=False)]
+        rank, size = mesh.get_local_rank(), mesh.size()
+        for n in names:
+            p = module._parameters[n]
+            if self.sections and (sum(self.sections) != p.shape[0] or any(w % size for w in self.sections)):
+                raise PlanError(f"{n} {tuple(p.shape)}: sections {self.sections} do not split over {size} ranks")
+            module.register_parameter(
+                n, nn.Parameter(distribute_tensor(p.data, mesh, [Replicate()]), requires_grad=p.requires_grad)
+            )
+
+        def local_views(mod, args, kwargs):
+            module._whole = {n: module._parameters[n] for n in names}  # FSDP may have set new ones since apply
+            for n, p in module._whole.items():
+                whole = p.to_local(grad_placements=[Partial()])
+                module._parameters[n] = _rank_rows(whole, self.sections, rank, size) if self.sections else whole
+            if mod is module:  # its own forward (a projection): a gathered input read whole, its gradient partial
+                local = [a.to_local(grad_placements=[Partial()]) if isinstance(a, DTensor) else a for a in args]
+                return tuple(local), kwargs
+
+        def restore(mod, args, kwargs, output):
+            module._parameters.update(module._whole)
+
+        reader.register_forward_pre_hook(local_views, with_kwargs=True)
+        reader.register_forward_hook(restore, with_kwargs=True)
 
 
 def _gather_input(spec: Spec) -> ParallelStyle:
@@ -476,8 +625,10 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
     "lm_head": lambda spec: ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True),
     "gathered_norm": lambda spec: NoParallel(input_layout=Shard(2), output_layout=Shard(2), use_local_output=True),
     "head_sharded": lambda spec: _HeadShardedState(_gather_input(spec) if spec.opt("kwarg") else None),
+    "blockwise": lambda spec: _LocalRowsState(spec.opt("sections")),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),
+    "replicate:local_rows": lambda spec: _LocalRowsState(),
     "replicate:dtensor_outputs": _replicated_outputs,
     "replicate:plain": lambda spec: None,  # a plain tensor: nothing to do
     "gather_input": _gather_input,
@@ -555,7 +706,9 @@ def apply_model_parallel(
             if style is None:
                 continue
             if not isinstance(style, ParallelStyle):  # a moe_bench layout of a module's own state
-                style.apply(modules[mname], tp_mesh)
+                # read by the module's own forward, or by its owner's (HF's deltanet reads `conv1d.weight` itself)
+                reader = modules[mname.rpartition(".")[0]] if spec.opt("read_by") == "owner" else modules[mname]
+                style.apply(modules[mname], tp_mesh, reader)
             else:
                 parallelize_module(modules[mname], tp_mesh, style)
             for attr in spec.opt("local_counts") or ():  # a head count the module's forward reads: the local one

@@ -1,7 +1,11 @@
 """The head-aware TP layouts of `04b_sharding`, each under TP at world size 2 and 4 against one process (every
 gradient, both steps), and the wrong layout of each caught: `gathered_norm` (olmoe's q/k norms over the whole
-projection), `head_sharded` (openai_privacy_filter's attention sinks) and output gates column-wise on the heads
-(laguna's `g_proj`). One torchrun launch per world size, the TP configuration alone, on the small models."""
+projection), `head_sharded` (openai_privacy_filter's attention sinks), output gates column-wise on the heads
+(laguna's `g_proj`), and the linear-attention mixers: qwen3_next's gated deltanet (its depthwise conv over cat(q, k, v)
+`blockwise`, its per-head gated norm `replicate(mode=local_rows)`), bailing_hybrid's conv `blockwise` at TP 4 (its
+heads allow it; qwen3_next's two key heads stop at TP 2) and kimi_linear's forget gate `head_sharded` (its A_log on
+dim 2, its low-rank projection replicated). One torchrun launch per world size, the TP configuration alone, on the
+small models."""
 
 import json
 
@@ -9,32 +13,37 @@ import pytest
 
 from moe_bench.parallelism import launch_worker
 
-# model -> (the layout kind it exercises, how its plan names it, the wrong layout's control and what must catch it)
-CASES = {
-    "olmoe": ("gathered_norm", "q_norm", "wrong reduction: q_norm over each rank's shard", "parity check"),
-    "openai_privacy_filter": (
+# (model, the layout kind it exercises, how its plan names it, the wrong layout's control and what must catch it)
+CASES = [
+    ("olmoe", "gathered_norm", "q_norm", "wrong reduction: q_norm over each rank's shard", "parity check"),
+    (
+        "openai_privacy_filter",
         "head_sharded",
         "self_attn",
         "wrong layout: the attention's per-head state",
         "runtime error",
     ),
-    "laguna": ("colwise", "g_proj", "wrong layout: the output gate g_proj", "setup check"),
-}
+    ("laguna", "colwise", "g_proj", "wrong layout: the output gate g_proj", "setup check"),
+    ("qwen3_next", "blockwise", "conv1d", "wrong layout: conv1d contiguously Shard(0)", "parity check"),
+    ("qwen3_next", "replicate", "norm", "wrong reduction: the per-head norm a plain replicated", "parity check"),
+    ("bailing_hybrid", "blockwise", "conv1d", "wrong layout: conv1d contiguously Shard(0)", "parity check"),
+    ("kimi_linear", "head_sharded", "forget_gate", "wrong layout: the attention's per-head state", "runtime error"),
+]
+MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda ws: f"ws{ws}")
 def launch(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"tp_ws{request.param}")
-    rc, tail, _ = launch_worker(list(CASES), str(out), nproc=request.param, configs=("TP",))
+    rc, tail, _ = launch_worker(MODELS, str(out), nproc=request.param, configs=("TP",))
     assert rc == 0, tail
-    return request.param, {m: json.load(open(out / f"{m}.json")) for m in CASES}
+    return request.param, {m: json.load(open(out / f"{m}.json")) for m in MODELS}
 
 
-@pytest.mark.parametrize("model", list(CASES))
-def test_layout_parity_and_its_wrong_layout(launch, model):
+@pytest.mark.parametrize("model, kind, module, control, catcher", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_layout_parity_and_its_wrong_layout(launch, model, kind, module, control, catcher):
     world, results = launch
     res = results[model]
-    kind, module, control, catcher = CASES[model]
     assert "error" not in res, res.get("traceback")
     assert any(e["module"].endswith("." + module) and e["spec"].split("(")[0] == kind for e in res["plan"])
     (tp,) = res["configs"]

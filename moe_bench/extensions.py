@@ -653,17 +653,11 @@ class ScoreBeforeExpertsDispatcher(LocalTokenDispatcher):
         "Routed rows times their scores, in the rows' dtype (as HF's block multiplies the rows it hands its experts)."
         return (x_RD * scores_R.reshape(-1, 1)).to(x_RD.dtype)
 
-    def dispatch(self, x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E):
-        routed_input_RD, num_tokens_per_expert_E, metadata = super().dispatch(
-            x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E
-        )
-        return self.scaled(routed_input_RD, metadata.topk_scores_experts_sorted_N), num_tokens_per_expert_E, metadata
-
-    def combine(self, routed_output_RD, metadata, x_TD):
-        ones_N = torch.ones_like(metadata.topk_scores_experts_sorted_N)  # the scores went in before the experts
-        return super().combine(
-            routed_output_RD, dataclasses.replace(metadata, topk_scores_experts_sorted_N=ones_N), x_TD
-        )
+    def _local_reorder(self, x_TD, topk_scores_TK, topk_expert_ids_TK):
+        """torchtitan's reorder, the one step its local and its all-to-all dispatch both take, with the rows scaled by
+        their scores and ones left for the combine: under EP the scaled rows are what the all-to-all sends."""
+        routed_ND, token_indices_N, scores_N = super()._local_reorder(x_TD, topk_scores_TK, topk_expert_ids_TK)
+        return self.scaled(routed_ND, scores_N), token_indices_N, torch.ones_like(scores_N)
 
 # %% ../nbs/00e_extensions.ipynb #8763a12b2bbd4a93a75aff182afb95dc
 IDENTITY_EXPERTS_CORE_CHANGE = (

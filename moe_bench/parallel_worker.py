@@ -27,7 +27,7 @@ from torchtitan.models.common.moe import MoE
 from . import cpu_compat
 from .core import randomize_
 from .expression import Expressed, swap_titan_moe
-from .hf import build_model, config_with, decoder_layers, real_config
+from .hf import build_model, config_with, decoder_layers, embeddings, real_config
 from .sharding import GATES, Plan, PlanError, S, apply_fsdp, apply_model_parallel, check_plan, model_plan
 from .synth import synthetic_config, synthetic_overrides
 
@@ -69,11 +69,9 @@ def tp_degree(cfg, world: int = WORLD) -> int:
         for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_num_heads")
         if getattr(cfg, k, None)
     ]
-    dims += [
-        getattr(cfg, k)
-        for k in ("moe_intermediate_size", "intermediate_size", "shared_expert_intermediate_size")
-        if getattr(cfg, k, None)
-    ]
+    for k in ("moe_intermediate_size", "intermediate_size", "shared_expert_intermediate_size"):
+        width = getattr(cfg, k, None)  # ernie4_5_vl_moe: one width per modality
+        dims += list(width) if isinstance(width, (list, tuple)) else [width] if width else []
     return next((tp for tp in (world, 2) if all(d % tp == 0 for d in dims)), 1)
 
 
@@ -436,7 +434,7 @@ def model_results(
             if f"{moe}.routed_experts.inner_experts.{w}" in params
         ),
         "attention q": q,
-        "embeddings": next(n for n in params if "embed" in n),
+        "embeddings": next(n for n, p in params.items() if p is embeddings(base).weight),  # dbrx: transformer.wte
     }  # every gradient is compared; these are named
     t = time.perf_counter()
     free = train_steps(copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel())  # one process on its own

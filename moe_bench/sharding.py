@@ -37,7 +37,7 @@ from torchtitan.models.common.decoder_sharding import (
 )
 from torchtitan.models.common.moe import MoE
 from torchtitan.models.common.moe_sharding import set_moe_sharding_config
-from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher
+from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher, LocalTokenDispatcher
 from torchtitan.protocols.sharding import ShardingConfig
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -47,10 +47,10 @@ from .expression import Expressed
 from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
-__all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'GATES', 'QK_NORMS',
-           'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'HF_KIND_AGREES', 'STYLES',
-           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
-           'check_plan', 'parallel_style', 'register_local_map_attention', 'shared_gate_sharding',
+__all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
+           'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'HF_KIND_AGREES',
+           'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
+           'check_plan', 'parallel_style', 'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form',
            'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
@@ -143,6 +143,7 @@ MLA_B = ("q_b_proj", "q_proj", "kv_b_proj")
 OUT_PROJ = ("o_proj", "out_proj")  # lfm2_moe: out_proj
 HEAD_COUNTS = ("num_heads", "num_key_value_heads")  # attention attributes that become the rank's own under TP
 DENSE_MLPS = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))  # (gate, up, down); lfm2_moe: w1/w3/w2
+FUSED_MLPS = (("input_linear", "output_linear"),)  # ([gate; up] in one Linear, down): granite's shared_mlp
 GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
 QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
 # what a linear-attention forward reads of its heads (qwen3_next's gated deltanet, kimi_linear's delta attention):
@@ -320,6 +321,16 @@ def _linear_attention_entries(name: str, mixer: nn.Module) -> list:
     return out
 
 
+def _fused_mlp(module: nn.Module) -> tuple[str, str, int] | None:
+    "(gate-up, down, width) of a dense MLP whose one Linear computes [gate; up] (`FUSED_MLPS`); None if it is not one."
+    kids = dict(module.named_children())
+    for up_gate, down in FUSED_MLPS:
+        a, b = kids.get(up_gate), kids.get(down)
+        if isinstance(a, nn.Linear) and isinstance(b, nn.Linear) and a.out_features == 2 * b.in_features:
+            return up_gate, down, b.in_features
+    return None
+
+
 def _moe_entries(name: str, moe: MoE) -> list:
     "Every module of a torchtitan MoE that holds state, with its role in torchtitan's own sharding."
     out = []
@@ -390,6 +401,13 @@ def model_plan(model: nn.Module) -> Plan:
                     Entry(full, S("gather_input")),
                     Entry(f"{full}.{gate}", S("colwise", local=True)),
                     Entry(f"{full}.{up}", S("colwise", local=True)),
+                    Entry(f"{full}.{down}", S("rowwise_sp")),
+                ]
+            elif fused := _fused_mlp(child):  # granite's shared_mlp: one Linear for [gate; up], each half split
+                up_gate, down, width = fused
+                entries += [
+                    Entry(full, S("gather_input")),
+                    Entry(f"{full}.{up_gate}", S("blockwise", sections=(width, width))),
                     Entry(f"{full}.{down}", S("rowwise_sp")),
                 ]
             elif linear := _linear_attention_entries(full, child):  # before the GQA names: kimi_linear has them too
@@ -680,6 +698,23 @@ def shared_gate_sharding(shared_cfg) -> None:
     )
 
 
+_ALL_TO_ALL_FORMS: dict[type, type] = {}
+
+
+def all_to_all_form(local: type) -> type:
+    """torchtitan's all-to-all dispatcher, carrying a prototype's dispatcher where it changes only `_local_reorder`
+    (the step torchtitan's local and all-to-all dispatch share: `score_before_experts` scales the rows there). A
+    prototype's own dispatch or combine has no EP form here: refused, named."""
+    if local is LocalTokenDispatcher or issubclass(AllToAllTokenDispatcher, local):
+        return AllToAllTokenDispatcher
+    own = {n for c in local.__mro__[: local.__mro__.index(LocalTokenDispatcher)] for n in vars(c)}
+    if own & {"dispatch", "combine"}:
+        raise NotImplementedError(f"{local.__name__} has its own dispatch or combine: no expert-parallel form yet")
+    if local not in _ALL_TO_ALL_FORMS:
+        _ALL_TO_ALL_FORMS[local] = type(f"{local.__name__}AllToAll", (local, AllToAllTokenDispatcher), {})
+    return _ALL_TO_ALL_FORMS[local]
+
+
 def _titan_config_tree(module, cfg, path=""):
     "(name suffix, module, config) for a torchtitan module and each child with a matching sub-config."
     yield path, module, cfg
@@ -737,8 +772,10 @@ def apply_model_parallel(
                     "(core change: a TP layout for this MoE part)"
                 )
         if ep:  # torchtitan's EP token dispatcher: all-to-all over the ep mesh, wired by parallelize()
-            dispatcher = AllToAllTokenDispatcher.Config(num_experts=probe.num_experts, top_k=probe.top_k)
-            moe.routed_experts.token_dispatcher = dispatcher.build()
+            local = moe.routed_experts.token_dispatcher
+            dispatcher = AllToAllTokenDispatcher.Config(num_experts=probe.num_experts, top_k=probe.top_k).build()
+            dispatcher.__class__ = all_to_all_form(type(local))
+            moe.routed_experts.token_dispatcher = dispatcher
         if tp or ep:
             moe.parallelize(parallel_dims)
         summary["titan"][mname] = dict(ep=ep, tp=tp, dispatcher=type(moe.routed_experts.token_dispatcher).__name__)

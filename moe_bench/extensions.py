@@ -694,9 +694,12 @@ class PostNormGroupedExperts(GroupedExperts):
         self.norm_form, self.norm_eps = form, eps
         return self
 
-    def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
-        out_RD = super().forward(x_RD, num_tokens_per_expert_E)  # each row one expert's output, before its weight
+    def post_norm(self, out_RD: torch.Tensor) -> torch.Tensor:
+        "The norm on expert output rows (one expert's output each, before its routing weight)."
         return NORM_FORMS[self.norm_form](out_RD, self.post_norm_D, self.norm_eps)
+
+    def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+        return self.post_norm(super().forward(x_RD, num_tokens_per_expert_E))
 
 
 class ExpertProjectionsMoE(MoE):

@@ -365,6 +365,18 @@ MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = { 
         lambda sd: "output_norm_D" in sd,
         lambda sd: _map(sd, ["output_norm_D"], torch.ones_like),
     ),
+    "expert input norm weight zeroed": (  # the expert_projections prototype's own tensors
+        lambda sd: "in_norm_P" in sd,
+        lambda sd: _map(sd, ["in_norm_P"], torch.zeros_like),
+    ),
+    "expert post norm weight zeroed": (
+        lambda sd: f"{TITAN_EXPERTS}.post_norm_D" in sd,
+        lambda sd: _map(sd, [f"{TITAN_EXPERTS}.post_norm_D"], torch.zeros_like),
+    ),
+    "expert in-projection rows reversed": (  # the experts' width read in another order
+        lambda sd: "in_proj_PD" in sd,
+        lambda sd: _map(sd, ["in_proj_PD"], lambda t: t.flip(0)),
+    ),
     "modalities swapped": (  # the per_modality_moe prototype: each modality's router and experts given the other's
         lambda sd: any(k.startswith(MODALITY_PREFIX) for k in sd),
         lambda sd: dict(sd) | _swapped_modalities(sd),

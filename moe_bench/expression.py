@@ -105,14 +105,15 @@ from moe_bench.replacement import (
 
 # %% auto #0
 __all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NON_GATED', 'OUTPUT_BIAS',
-           'TOPK_SOFTMAX_OUTPUT_BIAS', 'ROUTE_NORM_P', 'OUTPUT_NORM', 'SCORE_BEFORE_EXPERTS', 'IDENTITY_EXPERTS',
-           'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER', 'LAYER_MOE',
-           'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
+           'TOPK_SOFTMAX_OUTPUT_BIAS', 'ROUTE_NORM_P', 'OUTPUT_NORM', 'EXPERT_PROJECTIONS', 'SCORE_BEFORE_EXPERTS',
+           'IDENTITY_EXPERTS', 'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER',
+           'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
            'clamped_glu_applies', 'softcapped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_bias_attr',
            'output_bias_applies', 'with_topk_softmax', 'with_route_norm_p', 'output_norm_attr', 'output_norm_applies',
-           'score_before_experts_applies', 'identity_experts_applies', 'per_modality_applies', 'PerModalityBlock',
-           'mixed_modality_inputs', 'padded_experts_applies', 'with_score_func', 'sparsemixer_applies', 'expression_of',
-           'Expressed', 'swap_titan_moe']
+           'ExpertProjections', 'expert_projections_of', 'expert_projections_rules', 'expert_projections_applies',
+           'expert_projections_config', 'score_before_experts_applies', 'identity_experts_applies',
+           'per_modality_applies', 'PerModalityBlock', 'mixed_modality_inputs', 'padded_experts_applies',
+           'with_score_func', 'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -540,6 +541,119 @@ OUTPUT_NORM = block_prototype(
     sharding=output_norm_sharding,
 )
 
+# %% ../nbs/00f_expression.ipynb #9aa89457127544ae80d5f8ad3591558d
+from torchtitan.models.common.linear import Linear
+
+from moe_bench.extensions import (
+    EXPERT_PROJECTIONS_CORE_CHANGE,
+    LOGIT_MULTIPLIER_CORE_CHANGE,
+    ExpertProjectionsMoE,
+    LogitMultiplierRouter,
+    PostNormGroupedExperts,
+    logit_multiplier_of,
+)
+
+
+class ExpertProjections(NamedTuple):
+    "The block's children around its experts (the post norm's path from the block; None where it has none)."
+
+    in_proj: str
+    in_norm: str
+    out_proj: str
+    post_norm: str | None
+
+
+def expert_projections_of(block: nn.Module, probe: MoEProbe) -> ExpertProjections | None:
+    "The projections into and out of the experts' width (by shape), the norm of that width, the experts' post norm."
+    D = probe.hidden_size
+    linears = {n: m for n, m in block.named_children() if isinstance(m, nn.Linear) and m.bias is None}
+    ins = [n for n, m in linears.items() if m.in_features == D != m.out_features]
+    outs = [n for n, m in linears.items() if m.out_features == D != m.in_features]
+    if len(ins) != 1 or len(outs) != 1 or linears[outs[0]].in_features != linears[ins[0]].out_features:
+        return None
+    P = linears[ins[0]].out_features
+    norms = [n for n, m in block.named_children() if n not in linears and norm_form_of(m) and m.weight.shape[0] == P]
+    post = [n for n, m in getattr(block, probe.experts_attr).named_children() if norm_form_of(m)]
+    if len(norms) != 1 or len(post) > 1:
+        return None
+    return ExpertProjections(ins[0], norms[0], outs[0], f"{probe.experts_attr}.{post[0]}" if post else None)
+
+
+def _in_expert_width(block: nn.Module, probe: MoEProbe) -> MoEProbe:
+    "The probe as if the experts' width were the block's: what the core's config and expert rules build on."
+    width = getattr(block, expert_projections_of(block, probe).in_proj).out_features
+    return dataclasses.replace(probe, hidden_size=width, experts_format="fused", issues=[])
+
+
+def expert_projections_rules(block: nn.Module, probe: MoEProbe) -> list[TensorRule]:
+    "The core's rules on the experts in their width, and the projections and norms renamed into the prototype's tensors."
+    parts = expert_projections_of(block, probe)
+    post = [rename(f"{parts.post_norm}.weight", f"{TITAN_EXPERTS}.post_norm_D")] if parts.post_norm else []
+    return (
+        block_rules(_in_expert_width(block, probe))
+        + post
+        + [
+            rename(f"{parts.in_proj}.weight", "in_proj_PD"),
+            rename(f"{parts.in_norm}.weight", "in_norm_P"),
+            rename(f"{parts.out_proj}.weight", "out_proj_DP"),
+        ]
+    )
+
+
+def expert_projections_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for its experts' own width, the projections and norms around them."
+    if probe.level != "block" or probe.experts_format != "own_width" or probe.shared_experts != "none":
+        return False
+    if expert_projections_of(block, probe) is None:
+        return False
+    return probe.issues == titan_blockers(probe) and not titan_blockers(_in_expert_width(block, probe))
+
+
+def expert_projections_config(block: nn.Module, probe: MoEProbe) -> MoE.Config:
+    "The core's `MoE.Config` in the experts' width, its router gate reading the block's hidden width."
+    cfg = titan_moe_config(_in_expert_width(block, probe), check=False)
+    gate = Linear.Config(
+        in_features=probe.hidden_size, out_features=probe.num_experts, bias=probe.router_bias is not None
+    )
+    return dataclasses.replace(cfg, router=dataclasses.replace(cfg.router, gate=gate))
+
+
+def _build_expert_projections(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    parts = expert_projections_of(block, probe)
+    post_norm = block.get_submodule(parts.post_norm) if parts.post_norm else None
+    in_norm, cfg = getattr(block, parts.in_norm), expert_projections_config(block, probe)
+    forms = norm_form_of(in_norm), post_norm and norm_form_of(post_norm)  # found by running them: not on meta
+    with torch.device("meta"):
+        titan = cfg.build()
+        titan.__class__ = ExpertProjectionsMoE
+        titan.extend(
+            torch.empty_like(getattr(block, parts.in_proj).weight),
+            torch.empty_like(in_norm.weight),
+            torch.empty_like(getattr(block, parts.out_proj).weight),
+            *forms[0],
+        )
+        if post_norm is not None:
+            experts = titan.routed_experts.inner_experts
+            experts.__class__ = PostNormGroupedExperts
+            experts.extend(torch.empty_like(post_norm.weight), *forms[1])
+    if (multiplier := logit_multiplier_of(getattr(block, probe.router_attr))) is not None:
+        titan.router.__class__, titan.router.logit_multiplier = LogitMultiplierRouter, multiplier
+    state = _apply(block.state_dict(), expert_projections_rules(block, probe), forward=True)
+    return load_titan_state_(
+        titan, state, probe.num_experts, gate_float32 and probe.router_gate_dtype == "float32", share
+    )
+
+
+EXPERT_PROJECTIONS = block_prototype(
+    name="expert_projections",
+    core_changes=(EXPERT_PROJECTIONS_CORE_CHANGE, LOGIT_MULTIPLIER_CORE_CHANGE),
+    applies=expert_projections_applies,
+    build=_build_expert_projections,
+    export=lambda titan, block, probe: _apply(
+        dict(titan.state_dict()), expert_projections_rules(block, probe), forward=False
+    ),
+)
+
 # %% ../nbs/00f_expression.ipynb #5c0be4e1a1b54c0c8f3e7a9d11e0a405
 def _as_dispatching(probe: MoEProbe) -> MoEProbe:
     "The probe as if the experts took the dispatched tokens themselves: what the core's config and tensor rules build on."
@@ -830,6 +944,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     SOFTCAPPED_GLU,
     NON_GATED,
     OUTPUT_NORM,
+    EXPERT_PROJECTIONS,
     SCORE_BEFORE_EXPERTS,
     TOPK_SOFTMAX_OUTPUT_BIAS,
     OUTPUT_BIAS,

@@ -36,7 +36,8 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'SPARSEMIXER_CORE_CHANGE',
            'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'SOFTCAPPED_GLU_CORE_CHANGE', 'OUTPUT_NORM_CORE_CHANGE',
-           'NORM_FORMS', 'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'PER_MODALITY_CORE_CHANGE',
+           'NORM_FORMS', 'EXPERT_PROJECTIONS_CORE_CHANGE', 'LOGIT_MULTIPLIER_CORE_CHANGE',
+           'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'PER_MODALITY_CORE_CHANGE',
            'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE',
            'ROUTE_NORM_P_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
            'float32_combine_', 'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp',
@@ -44,7 +45,8 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of',
            'SparseMixerRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating',
            'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of',
-           'OutputNormMoE', 'output_norm_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
+           'OutputNormMoE', 'output_norm_sharding', 'logit_multiplier_of', 'LogitMultiplierRouter',
+           'PostNormGroupedExperts', 'ExpertProjectionsMoE', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
            'IdentityTailGroupedExperts', 'routed_output', 'PerModalityMoE', 'padded_width', 'pad_experts_',
            'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter',
            'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts',
@@ -627,6 +629,103 @@ def output_norm_sharding(cfg) -> None:
     """Add the norm's weight to a `MoE.Config` that `set_moe_sharding_config` has filled: replicated on TP, as
     torchtitan places every norm weight; the norm reads the whole hidden width of each token."""
     cfg.sharding_config.state_shardings |= {"output_norm_D": dense_param_placement(tp=spmd.R)}
+
+# %% ../nbs/00e_extensions.ipynb #0570984ee2ef4ac88272c6d0dd0e590e
+EXPERT_PROJECTIONS_CORE_CHANGE = (
+    "expert_projections: an MoE whose experts work in their own width between an input projection + norm and an "
+    "output projection, with an optional norm on each expert's output"
+)
+LOGIT_MULTIPLIER_CORE_CHANGE = (
+    "router_logit_multiplier: a TokenChoiceTopKRouter option multiplying its float32 gate logits by a constant before "
+    "the score function"
+)
+
+NORM_FORMS |= {
+    # muse_spark's centered norm: `1 + w` added in the weight's dtype, then float32
+    "one_plus_weight_in_dtype": lambda x, w, eps: (_normalized(x, eps) * (1.0 + w).float()).to(x.dtype),
+    # muse_spark's input-scaled norm: scaled by `1 + w` first, rounded to the input's dtype, then normalised
+    "input_scaled": lambda x, w, eps: _normalized((x.float() * (1.0 + w).float()).to(x.dtype), eps).to(x.dtype),
+}
+
+
+def logit_multiplier_of(router: nn.Module) -> float | None:
+    "The constant an HF router multiplies its float32 gate logits by, confirmed by running a copy of it; else None."
+    multiplier, weight = _scalar(router, "multiplier"), getattr(router, "weight", None)
+    if multiplier is None or not isinstance(weight, torch.Tensor) or weight.ndim != 2:
+        return None
+    gen = torch.Generator().manual_seed(0)
+    hf_router = copy.deepcopy(router).to_empty(device="cpu").float()  # a meta block's router too
+    x_TD = torch.randn(16, weight.shape[1], generator=gen)
+    with torch.no_grad():
+        for t in hf_router.buffers():  # its score-correction bias: zero, so the choice reads the scores alone
+            t.zero_()
+        hf_router.weight.copy_(torch.randn(weight.shape, generator=gen))
+        out = hf_router(x_TD)
+    logits_TE = out[0] if isinstance(out, tuple) else out
+    return multiplier if torch.equal(logits_TE, F.linear(x_TD, hf_router.weight) * multiplier) else None
+
+
+class LogitMultiplierRouter(TokenChoiceTopKRouter):
+    "Prototype of the core change: the router's float32 gate logits times `logit_multiplier` before the score function."
+
+    logit_multiplier: float = 1.0  # set on the instance by the expression that builds it
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
+            logits_BLE = self.gate(x_BLD)
+        logits_BLE = logits_BLE.float() * self.logit_multiplier  # the one change
+        scores_BLE = torch.sigmoid(logits_BLE) if self.score_func == "sigmoid" else F.softmax(logits_BLE, dim=-1)
+        choice_BLE = scores_BLE if expert_bias_E is None else scores_BLE + expert_bias_E
+        if self.num_expert_groups is not None:
+            choice_BLE = self._get_node_limited_routing_scores(choice_BLE)
+        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
+        topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
+        if self.route_norm:
+            topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
+        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
+
+
+class PostNormGroupedExperts(GroupedExperts):
+    "Prototype of the core change's experts: `GroupedExperts` with a norm of one form of `NORM_FORMS` on their output rows."
+
+    def extend(self, weight_D: torch.Tensor, form: str, eps: float) -> PostNormGroupedExperts:
+        "The norm's weight as the experts' own tensor `post_norm_D` (D: the experts' width), its form and eps."
+        self.post_norm_D = nn.Parameter(weight_D, requires_grad=weight_D.requires_grad)
+        self.norm_form, self.norm_eps = form, eps
+        return self
+
+    def post_norm(self, out_RD: torch.Tensor) -> torch.Tensor:
+        "The norm on expert output rows (one expert's output each, before its routing weight)."
+        return NORM_FORMS[self.norm_form](out_RD, self.post_norm_D, self.norm_eps)
+
+    def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+        return self.post_norm(super().forward(x_RD, num_tokens_per_expert_E))
+
+
+class ExpertProjectionsMoE(MoE):
+    """Prototype of the core change: torchtitan's `MoE` whose routed experts work in their own width P. The router
+    reads x; the experts read norm(x @ in_proj); their weighted sum goes back to D through out_proj."""
+
+    def extend(
+        self, in_proj_PD: torch.Tensor, in_norm_P: torch.Tensor, out_proj_DP: torch.Tensor, form: str, eps: float
+    ):
+        "The projections and the input norm's weight as the module's own tensors, the norm's form and eps."
+        self.in_proj_PD = nn.Parameter(in_proj_PD, requires_grad=in_proj_PD.requires_grad)
+        self.in_norm_P = nn.Parameter(in_norm_P, requires_grad=in_norm_P.requires_grad)
+        self.out_proj_DP = nn.Parameter(out_proj_DP, requires_grad=out_proj_DP.requires_grad)
+        self.norm_form, self.norm_eps = form, eps
+        return self
+
+    def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = self.router(x_BLD, self.expert_bias_E)
+        routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
+        num_local_tokens_per_expert_E = routing_map_BLE.sum(dim=(0, 1))
+        if self.training:
+            with torch.no_grad():
+                self.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
+        h_BLP = NORM_FORMS[self.norm_form](F.linear(x_BLD, self.in_proj_PD), self.in_norm_P, self.norm_eps)
+        out_BLP = self.routed_experts(h_BLP, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
+        return F.linear(out_BLP, self.out_proj_DP)
 
 # %% ../nbs/00e_extensions.ipynb #5c0be4e1a1b54c0c8f3e7a9d11e0a402
 SCORE_BEFORE_EXPERTS_CORE_CHANGE = (

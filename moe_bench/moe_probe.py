@@ -386,7 +386,8 @@ def probe_experts(experts: nn.Module, hidden_size: int) -> dict:
     if transposed is None:
         transposed = gate_up.shape[1] == hidden_size and gate_up.shape[2] != hidden_size
     if gate_up.shape[1 if transposed else 2] != hidden_size:  # muse_spark: projected in and out around the experts
-        return dict(experts_format="own_width", expert_layout="n/a", moe_intermediate_size=0, num_experts=E)
+        own = gate_up.shape[1 if transposed else 2]  # the experts' own width: read as experts of that width
+        return probe_experts(experts, own) | dict(experts_format="own_width")
     layout, two_I = ("transposed", gate_up.shape[2]) if transposed else ("standard", gate_up.shape[1])
     act = getattr(experts, "act_fn", None)
     return dict(

@@ -262,14 +262,15 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
         scores = None if logits_TE is None else torch.softmax(logits_TE.float(), -1)
         return dict(router_logits=logits_TE, scores=scores, output=out_BLD.reshape(-1, D))
     T, K = ids_TK.shape
-    hidden_TD = seen["experts_in"][0].reshape(-1, D)
+    P = seen["experts_in"][0].shape[-1]  # the experts' width: D, or their own between projections (muse_spark)
+    hidden_TP = seen["experts_in"][0].reshape(-1, P)
     pairs = hf_row_pairs(probe.experts_kernel, ids_TK)
     res = dict(
         router_logits=logits_TE,
         topk_ids=ids_TK.sort(-1).values,
         topk_weights=None if weights_TK is None else by_slot(weights_TK, ids_TK),
-        expert_input=rows_to_slots(hidden_TD[torch.arange(T * K) // K], torch.arange(T * K), ids_TK),
-        combine=seen["combine"].reshape(-1, D),
+        expert_input=rows_to_slots(hidden_TP[torch.arange(T * K) // K], torch.arange(T * K), ids_TK),
+        combine=seen["combine"].reshape(-1, P),
         output=out_BLD.reshape(-1, D),
         shared=None if "shared" not in seen else seen["shared"].reshape(-1, D),
     )
@@ -292,9 +293,9 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
                 expert_act=rows_to_slots(act_R, pairs, ids_TK),
             )
     with torch.no_grad():  # HF's own experts, one (token, expert) pair per row, weight exactly 1
-        rows_SD = hidden_TD[torch.arange(T * K) // K]
-        down_SD = experts(rows_SD, ids_TK.reshape(-1, 1), torch.ones(T * K, 1, dtype=x_BLD.dtype))
-    res["expert_down"] = rows_to_slots(down_SD.reshape(T * K, D), torch.arange(T * K), ids_TK)  # dbrx: (T*K, 1, D)
+        rows_SP = hidden_TP[torch.arange(T * K) // K]
+        down_SP = experts(rows_SP, ids_TK.reshape(-1, 1), torch.ones(T * K, 1, dtype=x_BLD.dtype))
+    res["expert_down"] = rows_to_slots(down_SP.reshape(T * K, P), torch.arange(T * K), ids_TK)  # dbrx: (T*K, 1, D)
     return res
 
 # %% ../nbs/03a_traces.ipynb #d9e946ca
@@ -324,7 +325,9 @@ def capture_titan(titan: nn.Module, x_BLD: torch.Tensor) -> dict:
         titan.router.gate.register_forward_hook(lambda m, a, o: seen.__setitem__("logits", o)),
         titan.router.register_forward_hook(lambda m, a, o: seen.__setitem__("router", o)),
         # prepend: the routed output before any patch's hook (a block-output scale) changes it, as HF's experts return it
-        titan.routed_experts.register_forward_hook(lambda m, a, o: seen.__setitem__("combine", o), prepend=True),
+        titan.routed_experts.register_forward_hook(
+            lambda m, a, o: seen.update(experts_in=a[0], combine=o), prepend=True
+        ),
     ]
     if titan.shared_experts is not None:
         hooks.append(titan.shared_experts.register_forward_hook(lambda m, a, o: seen.__setitem__("shared", o)))
@@ -355,8 +358,11 @@ def capture_titan(titan: nn.Module, x_BLD: torch.Tensor) -> dict:
         gate_up_R = gate_up_R + inner.mlp1_bias_EG[expert_R].to(gate_up_R.dtype)
         gate_R, up_R = gate_up_R[..., ::2], gate_up_R[..., 1::2]
         down_R = down_R + inner.mlp2_bias_ED[expert_R].to(down_R.dtype)
-    x_TD = x_BLD.reshape(-1, D)
-    routed_RD, scaled = x_TD[pairs // K], getattr(dispatcher, "scaled", None)
+    if hasattr(inner, "post_norm"):  # experts that norm their output rows: the rows as they return them
+        down_R = inner.post_norm(down_R)
+    P = seen["experts_in"].shape[-1]  # the experts' width: D, or their own between projections (expert_projections)
+    x_TP = seen["experts_in"].reshape(-1, P)
+    routed_RD, scaled = x_TP[pairs // K], getattr(dispatcher, "scaled", None)
     if scaled is not None:  # a dispatcher that scales the rows by their scores (score_before_experts) hands over those
         routed_RD = scaled(routed_RD, weights_TK.reshape(-1)[pairs])
     return dict(
@@ -369,7 +375,7 @@ def capture_titan(titan: nn.Module, x_BLD: torch.Tensor) -> dict:
         expert_up=rows_to_slots(up_R, pairs, ids_TK),
         expert_act=rows_to_slots(act_R, pairs, ids_TK),
         expert_down=rows_to_slots(down_R, pairs, ids_TK),
-        combine=seen["combine"].reshape(-1, D),
+        combine=seen["combine"].reshape(-1, P),
         output=out_BLD.reshape(-1, D),
         shared=None if "shared" not in seen else seen["shared"].reshape(-1, D),
     )

@@ -107,13 +107,14 @@ from moe_bench.replacement import (
 __all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NON_GATED', 'OUTPUT_BIAS',
            'TOPK_SOFTMAX_OUTPUT_BIAS', 'ROUTE_NORM_P', 'OUTPUT_NORM', 'EXPERT_PROJECTIONS', 'SCORE_BEFORE_EXPERTS',
            'IDENTITY_EXPERTS', 'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER',
-           'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies',
-           'clamped_glu_applies', 'softcapped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_bias_attr',
-           'output_bias_applies', 'with_topk_softmax', 'with_route_norm_p', 'output_norm_attr', 'output_norm_applies',
-           'ExpertProjections', 'expert_projections_of', 'expert_projections_rules', 'expert_projections_applies',
-           'expert_projections_config', 'score_before_experts_applies', 'identity_experts_applies',
-           'per_modality_applies', 'PerModalityBlock', 'mixed_modality_inputs', 'padded_experts_applies',
-           'with_score_func', 'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
+           'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'no_layout_yet', 'block_prototype', 'gpt_oss_applies',
+           'logit_bias_applies', 'clamped_glu_applies', 'softcapped_glu_applies', 'non_gated_applies',
+           'non_gated_rules', 'output_bias_attr', 'output_bias_applies', 'with_topk_softmax', 'with_route_norm_p',
+           'output_norm_attr', 'output_norm_applies', 'ExpertProjections', 'expert_projections_of',
+           'expert_projections_rules', 'expert_projections_applies', 'expert_projections_config',
+           'score_before_experts_applies', 'identity_experts_applies', 'per_modality_applies', 'PerModalityBlock',
+           'mixed_modality_inputs', 'padded_experts_applies', 'with_score_func', 'sparsemixer_applies', 'expression_of',
+           'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +165,15 @@ class Expression:
 # %% ../nbs/00f_expression.ipynb #0f7f47e1
 def _swap_block(layer: nn.Module, attr: str, titan: MoE, probe: MoEProbe) -> None:
     setattr(layer, attr, as_hf_block(titan, probe.returns))
+
+
+def no_layout_yet(why: str) -> Callable[[object], None]:
+    "A prototype's `sharding` where it has no TP or EP layout yet: phase 4's TP and EP runs stop there, saying why."
+
+    def sharding(cfg) -> None:
+        raise NotImplementedError(why)
+
+    return sharding
 
 
 def block_prototype(**fields) -> Expression:
@@ -652,6 +662,10 @@ EXPERT_PROJECTIONS = block_prototype(
     export=lambda titan, block, probe: _apply(
         dict(titan.state_dict()), expert_projections_rules(block, probe), forward=False
     ),
+    sharding=no_layout_yet(
+        "expert_projections: each expert's post norm needs whole rows (TP leaves partial sums) and its weight, "
+        "shared by the experts, has no expert-parallel placement: no TP or EP layout yet"
+    ),
 )
 
 # %% ../nbs/00f_expression.ipynb #5c0be4e1a1b54c0c8f3e7a9d11e0a405
@@ -821,6 +835,10 @@ PER_MODALITY = block_prototype(
     export=_export_per_modality,
     swap=_swap_per_modality,
     model_inputs=mixed_modality_inputs,
+    sharding=no_layout_yet(
+        "per_modality_moe: the modality MoE is a second torchtitan MoE inside the first, which "
+        "set_moe_sharding_config does not reach: no TP or EP layout yet"
+    ),
 )
 
 # %% ../nbs/00f_expression.ipynb #b118ea5561624da68c537baed56e602f

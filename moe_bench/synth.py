@@ -111,6 +111,8 @@ def _mrope_head_dim(real: PretrainedConfig, overrides: dict) -> dict:
 def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = False) -> dict:
     "Field -> value the spec's Phase 2 rules set on `real`, for `num_layers` layers (`small`: tiny widths too)."
     d = real.to_dict()
+    aliases = getattr(type(real), "attribute_map", {})  # dbrx's n_heads, d_model: read under the common names too
+    d = {k: d[v] for k, v in aliases.items() if v in d and k not in d} | d
     out = {k: SYNTHETIC_EXPERTS for k in EXPERT_COUNT_FIELDS if k in d}
     routed = next((d[k] for k in EXPERT_COUNT_FIELDS if isinstance(d.get(k), int) and d[k] > 0), None)
     out |= {k: max(1, round(d[k] * SYNTHETIC_EXPERTS / routed)) for k in EXTRA_EXPERT_FIELDS if d.get(k) and routed}

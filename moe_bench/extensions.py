@@ -784,10 +784,11 @@ class RouterWeightedSharedMoE(MoE):
     "Prototype of the core change: torchtitan's `MoE` whose shared experts take their weights from the router."
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        # the module call (what hooks and the gap analysis's patches see), then `weights` for the shared experts' part
         topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = self.router(x_BLD, self.expert_bias_E)
         shared_weights_BLS = self.router.weights(x_BLD, self.expert_bias_E)[3]
-        tokens_per_expert_E = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
-        out_BLD = self.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, tokens_per_expert_E.sum(dim=(0, 1)))
+        routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
+        out_BLD = self.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, routing_map_BLE.sum(dim=(0, 1)))
         return out_BLD + self.shared_experts(x_BLD, shared_weights_BLS)
 
 # %% ../nbs/00e_extensions.ipynb #b118ea5561624da68c537baed56e602f

@@ -107,7 +107,15 @@ def block_rules(probe: MoEProbe) -> list[TensorRule]:
                 lambda ts, shape=shape: [ts[0].reshape(shape)],
             )
         )
-    if probe.shared_attr:
+    if probe.shared_experts == "stacked":  # (S, I, H) stacked shared experts, weighted by the router (inkling)
+        s = probe.shared_attr
+        rules += [
+            rename(f"{s}.gate_proj", f"{TITAN_SHARED}.w1_EFD"),
+            rename(f"{s}.up_proj", f"{TITAN_SHARED}.w3_EFD"),
+            rename(f"{s}.down_proj", f"{TITAN_SHARED}.w2_EDF"),
+            rename(f"{probe.router_attr}.global_scale", "router.global_scale"),
+        ]
+    elif probe.shared_attr:
         s = probe.shared_attr
         rules += [
             rename(f"{s}.gate_proj.weight", f"{TITAN_SHARED}.w1.weight"),

@@ -312,6 +312,12 @@ def _expert_keys(sd: dict) -> list[str]:
     return [k for k in sd if k.startswith(f"{TITAN_EXPERTS}.")]
 
 
+def _shared_rows_zeroed(gate_NH: torch.Tensor, shared_w1_SFD: torch.Tensor) -> torch.Tensor:
+    "A router gate of routed and shared rows with its last rows, those scoring the stacked shared experts, zeroed."
+    num_routed = gate_NH.shape[0] - shared_w1_SFD.shape[0]
+    return torch.cat([gate_NH[:num_routed], torch.zeros_like(gate_NH[num_routed:])])
+
+
 MODALITY_PREFIX = "modality_moe."  # the per_modality_moe prototype's second modality
 
 
@@ -384,6 +390,14 @@ MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = { 
     "output bias zeroed": (  # the moe_output_bias prototype's own tensor
         lambda sd: "output_bias" in sd,
         lambda sd: _map(sd, ["output_bias"], torch.zeros_like),
+    ),
+    "global scale reset to one": (  # the router_weighted_shared_experts prototype's scale on every weight
+        lambda sd: "router.global_scale" in sd,
+        lambda sd: _map(sd, ["router.global_scale"], torch.ones_like),
+    ),
+    "router's shared rows zeroed": (  # its gate's last rows, one per stacked shared expert, score those experts
+        lambda sd: "router.global_scale" in sd and f"{TITAN_SHARED}.w1_EFD" in sd,
+        lambda sd: _map(sd, [f"{TITAN_ROUTER}.weight"], lambda w: _shared_rows_zeroed(w, sd[f"{TITAN_SHARED}.w1_EFD"])),
     ),
     "square expert layout transposed": (
         lambda sd: any(sd[k].ndim == 3 and sd[k].shape[1] == sd[k].shape[2] for k in _expert_keys(sd)),

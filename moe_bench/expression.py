@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
-from torchtitan.models.common.moe import MoE
+from torchtitan.models.common.moe import GroupedExperts, MoE
 from torchtitan.models.gpt_oss.sharding import _GPT_OSS_EXPERTS_PARAM_LAYOUT
 from torchtitan.models.qwen3.sharding import _GROUPED_EXPERTS_PARAM_LAYOUT
 
@@ -41,6 +41,7 @@ from moe_bench.extensions import (
     PADDED_EXPERTS_CORE_CHANGE,
     PER_MODALITY_CORE_CHANGE,
     ROUTE_NORM_P_CORE_CHANGE,
+    ROUTER_WEIGHTED_SHARED_CORE_CHANGE,
     SCORE_BEFORE_EXPERTS_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
     SOFTCAPPED_GLU_CORE_CHANGE,
@@ -48,6 +49,7 @@ from moe_bench.extensions import (
     TOPK_SOFTMAX_CORE_CHANGE,
     ClampedGluFeedForward,
     ClampedGluGroupedExperts,
+    GammaSharedExperts,
     IdentityTailGroupedExperts,
     InputDtypeGptOssExperts,
     LogitBiasRouter,
@@ -55,11 +57,14 @@ from moe_bench.extensions import (
     OutputNormMoE,
     PerModalityMoE,
     PNormRouter,
+    RouterWeightedSharedMoE,
     ScoreBeforeExpertsDispatcher,
     ScoreBeforeExpertsRouter,
     ScoreFuncRouter,
+    SharedScoringRouter,
     SparseMixerRouter,
     TopkSoftmaxRouter,
+    WeightDtypeCombineDispatcher,
     build_layer_moe,
     clamped_glu_of,
     experts_gating,
@@ -106,15 +111,15 @@ from moe_bench.replacement import (
 # %% auto #0
 __all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NON_GATED', 'OUTPUT_BIAS',
            'TOPK_SOFTMAX_OUTPUT_BIAS', 'ROUTE_NORM_P', 'OUTPUT_NORM', 'EXPERT_PROJECTIONS', 'SCORE_BEFORE_EXPERTS',
-           'IDENTITY_EXPERTS', 'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER',
-           'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'no_layout_yet', 'block_prototype', 'gpt_oss_applies',
-           'logit_bias_applies', 'clamped_glu_applies', 'softcapped_glu_applies', 'non_gated_applies',
-           'non_gated_rules', 'output_bias_attr', 'output_bias_applies', 'with_topk_softmax', 'with_route_norm_p',
-           'output_norm_attr', 'output_norm_applies', 'ExpertProjections', 'expert_projections_of',
+           'IDENTITY_EXPERTS', 'ROUTER_WEIGHTED_SHARED', 'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC',
+           'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'no_layout_yet',
+           'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'softcapped_glu_applies',
+           'non_gated_applies', 'non_gated_rules', 'output_bias_attr', 'output_bias_applies', 'with_topk_softmax',
+           'with_route_norm_p', 'output_norm_attr', 'output_norm_applies', 'ExpertProjections', 'expert_projections_of',
            'expert_projections_rules', 'expert_projections_applies', 'expert_projections_config',
-           'score_before_experts_applies', 'identity_experts_applies', 'per_modality_applies', 'PerModalityBlock',
-           'mixed_modality_inputs', 'padded_experts_applies', 'with_score_func', 'sparsemixer_applies', 'expression_of',
-           'Expressed', 'swap_titan_moe']
+           'score_before_experts_applies', 'identity_experts_applies', 'router_weighted_shared_applies',
+           'per_modality_applies', 'PerModalityBlock', 'mixed_modality_inputs', 'padded_experts_applies',
+           'with_score_func', 'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -730,6 +735,50 @@ IDENTITY_EXPERTS = block_prototype(
     build=_build_identity_experts,
 )
 
+# %% ../nbs/00f_expression.ipynb #26d9dc3cff854bbb91d4e14dfbf1826f
+def _as_routed_only(probe: MoEProbe) -> MoEProbe:
+    "The probe as if the router scored the routed experts alone and the block had no shared experts."
+    num_routed = probe.num_experts - (probe.num_shared_experts or 0)
+    bare = dataclasses.replace(probe, num_experts=num_routed, shared_experts="none", shared_attr=None, issues=[])
+    return dataclasses.replace(bare, issues=titan_blockers(bare))
+
+
+def router_weighted_shared_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for its stacked shared experts, scored and weighted by its router."
+    if not (probe.level == "block" and probe.shared_experts == "stacked" and probe.score_func == "sigmoid"):
+        return False
+    plain = not probe.route_norm and not probe.num_expert_groups and probe.num_shared_experts
+    extra = set(unclaimed_tensors(block, probe)) - {f"{probe.router_attr}.global_scale"}  # the adapter maps it
+    return bool(plain) and not extra and not _as_routed_only(probe).issues
+
+
+def _build_router_weighted_shared(
+    block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False
+) -> MoE:
+    routed, S = _as_routed_only(probe), probe.num_shared_experts
+    with torch.device("meta"):
+        titan = titan_moe_config(routed).build()
+        titan.router.gate.weight = nn.Parameter(torch.empty(probe.num_experts, probe.hidden_size))  # E + S rows
+        titan.router.global_scale = nn.Parameter(torch.empty(1))
+        titan.shared_experts = GroupedExperts.Config(
+            dim=probe.hidden_size, hidden_dim=probe.shared_intermediate_size, num_experts=S
+        ).build()
+    titan.router.__class__, titan.router.num_shared_experts = SharedScoringRouter, S
+    titan.shared_experts.__class__ = GammaSharedExperts
+    titan.routed_experts.token_dispatcher.__class__ = WeightDtypeCombineDispatcher
+    titan.__class__ = RouterWeightedSharedMoE
+    # the gate in float32 whatever `gate_float32` says: HF's router computes it so in its own code (its input cast)
+    return load_titan_state_(titan, hf_block_to_titan(block.state_dict(), probe), routed.num_experts, True, share)
+
+
+ROUTER_WEIGHTED_SHARED = block_prototype(
+    name="router_weighted_shared_experts",
+    core_changes=(ROUTER_WEIGHTED_SHARED_CORE_CHANGE,),
+    applies=router_weighted_shared_applies,
+    build=_build_router_weighted_shared,
+    config=lambda probe: titan_moe_config(_as_routed_only(probe)),
+)
+
 # %% ../nbs/00f_expression.ipynb #766de8f1
 def _modality_probes(block: nn.Module, probe: MoEProbe) -> tuple[MoEProbe, MoEProbe]:
     "Probes of the first modality's MoE (with the block's shared expert) and of the second's (its own expert width)."
@@ -968,6 +1017,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     OUTPUT_BIAS,
     ROUTE_NORM_P,
     IDENTITY_EXPERTS,
+    ROUTER_WEIGHTED_SHARED,
     PER_MODALITY,
     PADDED_EXPERTS,
     SCORE_FUNC,

@@ -38,20 +38,22 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'SOFTCAPPED_GLU_CORE_CHANGE', 'OUTPUT_NORM_CORE_CHANGE',
            'NORM_FORMS', 'EXPERT_PROJECTIONS_CORE_CHANGE', 'LOGIT_MULTIPLIER_CORE_CHANGE',
            'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'PER_MODALITY_CORE_CHANGE',
-           'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE', 'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE',
-           'ROUTE_NORM_P_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES', 'Float32CombineDispatcher', 'Extension',
-           'float32_combine_', 'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp',
-           'Float32GluGroupedExperts', 'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts',
-           'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of',
-           'SparseMixerRouter', 'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating',
-           'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of',
-           'OutputNormMoE', 'output_norm_sharding', 'logit_multiplier_of', 'LogitMultiplierRouter',
-           'PostNormGroupedExperts', 'ExpertProjectionsMoE', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
-           'IdentityTailGroupedExperts', 'routed_output', 'PerModalityMoE', 'padded_width', 'pad_experts_',
-           'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter',
-           'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts',
-           'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
-           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
+           'ROUTER_WEIGHTED_SHARED_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
+           'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE', 'ROUTE_NORM_P_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES',
+           'Float32CombineDispatcher', 'Extension', 'float32_combine_', 'applicable_extensions',
+           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
+           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter', 'score_func_of',
+           'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter', 'ClampedGlu', 'plain_silu',
+           'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward',
+           'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE', 'output_norm_sharding',
+           'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts', 'ExpertProjectionsMoE',
+           'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'routed_output',
+           'PerModalityMoE', 'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher',
+           'RouterWeightedSharedMoE', 'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts',
+           'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding',
+           'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter',
+           'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe',
+           'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -815,6 +817,72 @@ class PerModalityMoE(MoE):
             if tokens_BL.any():  # each modality's tokens, in their order, as one sequence
                 out_BLD[tokens_BL] = routed_output(moe, x_BLD[tokens_BL].unsqueeze(0)).squeeze(0)
         return out_BLD if self.shared_experts is None else out_BLD + self.shared_experts(x_BLD)
+
+# %% ../nbs/00e_extensions.ipynb #5e00956194d34292a53e8294e707621d
+ROUTER_WEIGHTED_SHARED_CORE_CHANGE = (
+    "router_weighted_shared_experts: a router that scores the shared experts with the routed ones (one gate of "
+    "E + S rows) and hands the shared experts per-token weights, each scaling its expert's activation (Inkling)"
+)
+
+
+class SharedScoringRouter(TokenChoiceTopKRouter):
+    "Prototype of the core change: a gate over routed and shared experts; the k chosen and the shared weighed together."
+
+    global_scale: nn.Parameter  # (1,), set on the instance by the expression that builds it
+    num_shared_experts: int
+
+    def weights(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        "(routed top-k weights, their ids, routed sigmoid scores, shared weights), the weights in `x_BLD`'s dtype."
+        logits_BLN = self.gate(x_BLD).float()  # N = E routed + S shared rows
+        logits_BLE, shared_logits_BLS = logits_BLN.split([self.num_experts, self.num_shared_experts], dim=-1)
+        scores_BLE = torch.sigmoid(logits_BLE)
+        choice_BLE = scores_BLE if expert_bias_E is None else scores_BLE + expert_bias_E
+        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
+        chosen_BLC = torch.cat([logits_BLE.gather(-1, topk_expert_ids_BLK), shared_logits_BLS], dim=-1)  # C = K + S
+        log_probs_BLC = F.logsigmoid(chosen_BLC)
+        weights_BLC = torch.exp(log_probs_BLC - torch.logsumexp(log_probs_BLC, dim=-1, keepdim=True))
+        weights_BLC = (weights_BLC * self.route_scale * self.global_scale.float()).to(x_BLD.dtype)
+        topk_scores_BLK, shared_weights_BLS = (
+            w.contiguous() for w in weights_BLC.split([self.top_k, self.num_shared_experts], dim=-1)
+        )
+        return topk_scores_BLK, topk_expert_ids_BLK, scores_BLE, shared_weights_BLS
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        return self.weights(x_BLD, expert_bias_E)[:3]  # the core's three outputs
+
+
+class GammaSharedExperts(GroupedExperts):
+    "Prototype of the core change: stacked shared experts, each activation scaled by its per-token weight (gamma)."
+
+    def forward(self, x_BLD: torch.Tensor, gammas_BLS: torch.Tensor) -> torch.Tensor:
+        S, D = self.num_experts, x_BLD.shape[-1]
+        x_STD = x_BLD.reshape(1, -1, D).expand(S, -1, -1)
+        gammas_ST1 = gammas_BLS.reshape(-1, S, 1).transpose(0, 1)
+        h_STF = F.silu(torch.bmm(x_STD, self.w1_EFD.transpose(1, 2))) * torch.bmm(x_STD, self.w3_EFD.transpose(1, 2))
+        out_STD = torch.bmm(h_STF * gammas_ST1, self.w2_EDF.transpose(1, 2))
+        return out_STD.float().sum(dim=0).to(x_BLD.dtype).view(x_BLD.shape)  # summed over the shared in float32
+
+
+class WeightDtypeCombineDispatcher(LocalTokenDispatcher):
+    "Prototype of the same change: each routed row times its weight in the dtype they promote to, then summed."
+
+    def combine(self, routed_output_RD, metadata, x_TD):
+        scores_N = metadata.topk_scores_experts_sorted_N  # in the input's dtype: HF's router rounds them
+        weighted_RD = routed_output_RD * scores_N.reshape(-1, 1)  # rounded as HF's `proj_out * weights`
+        ones_N = torch.ones_like(scores_N)  # the sum below (float32 under `f32_combine`) takes the rows as they are
+        return super().combine(weighted_RD, dataclasses.replace(metadata, topk_scores_experts_sorted_N=ones_N), x_TD)
+
+
+class RouterWeightedSharedMoE(MoE):
+    "Prototype of the core change: torchtitan's `MoE` whose shared experts take their weights from the router."
+
+    def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        # the module call (what hooks and the gap analysis's patches see), then `weights` for the shared experts' part
+        topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = self.router(x_BLD, self.expert_bias_E)
+        shared_weights_BLS = self.router.weights(x_BLD, self.expert_bias_E)[3]
+        routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
+        out_BLD = self.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, routing_map_BLE.sum(dim=(0, 1)))
+        return out_BLD + self.shared_experts(x_BLD, shared_weights_BLS)
 
 # %% ../nbs/00e_extensions.ipynb #b118ea5561624da68c537baed56e602f
 PADDED_EXPERTS_CORE_CHANGE = (

@@ -20,13 +20,13 @@ from transformers import PretrainedConfig
 from .hf import nested_moe_blocks, router_name
 
 # %% auto #0
-__all__ = ['SCORE_LOGITS', 'ROUTE_NORM_KINDS', 'SCORED_INPUT_GATE', 'STACKED_EXPERT_LAYOUTS', 'SHARED_EXPERT_NAMES',
-           'SHARED_GATE_NAMES', 'SCORE_BIAS_NAMES', 'ROUTE_SCALE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS',
-           'GROUPED_MM_ALIGN', 'BLOCKERS', 'MoEProbe', 'score_fn_outputs', 'resolve_score_func', 'resolve_route_norm',
-           'resolve_route_norm_p', 'resolve_route_norm_eps', 'resolve_score_bias_on', 'resolve_returns',
-           'resolve_router_gate', 'resolve_experts_dtypes', 'resolve_gate', 'probe_experts', 'probe_stacked_experts',
-           'probe_shared_experts', 'resolve_route_scale', 'router_weight_key', 'Blocker', 'titan_blockers',
-           'probe_moe_block', 'layer_level_blockers', 'unclaimed_tensors', 'attention_kind']
+__all__ = ['SCORE_LOGITS', 'ROUTE_NORM_KINDS', 'SCORED_INPUT_GATE', 'STACKED_SHARED_GATE', 'STACKED_EXPERT_LAYOUTS',
+           'SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'SCORE_BIAS_NAMES', 'ROUTE_SCALE_NAMES', 'TITAN_SCORE_FUNCS',
+           'TITAN_ACTIVATIONS', 'GROUPED_MM_ALIGN', 'BLOCKERS', 'MoEProbe', 'score_fn_outputs', 'resolve_score_func',
+           'resolve_route_norm', 'resolve_route_norm_p', 'resolve_route_norm_eps', 'resolve_score_bias_on',
+           'resolve_returns', 'resolve_router_gate', 'resolve_experts_dtypes', 'resolve_gate', 'probe_experts',
+           'probe_stacked_experts', 'probe_shared_experts', 'resolve_route_scale', 'router_weight_key', 'Blocker',
+           'titan_blockers', 'probe_moe_block', 'layer_level_blockers', 'unclaimed_tensors', 'attention_kind']
 
 # %% ../nbs/00b_moe_probe.ipynb #46e04695
 @dataclass(kw_only=True)
@@ -68,7 +68,8 @@ class MoEProbe:
     experts_dtype: str = "input"  # "float32" where HF's experts compute all of it in float32 whatever the input's
     combine_dtype: str = "float32"  # HF's sum over top-k: "float32" (kernels' reshape+sum) | "input" (eager index_add_)
     experts_kernel: str = "eager"  # HF's experts forward: "grouped_mm" | "batched_mm" | "eager" (its own loop)
-    shared_experts: str = "none"  # "none" | "additive" | "sigmoid-gated"
+    shared_experts: str = "none"  # "none" | "additive" | "sigmoid-gated" | "stacked" (weighted by the router)
+    num_shared_experts: int = 0  # stacked shared experts: how many (the router's last rows score them)
     shared_attr: str | None = None
     shared_gate_attr: str | None = None
     shared_intermediate_size: int | None = None
@@ -277,11 +278,19 @@ SCORED_INPUT_GATE = (
     "promotes the experts' input to float32, and HF's own experts (torch.bmm) refuse the mixed dtypes; so HF's gate "
     "runs in the block's dtype, unchanged, and Titan's router computes its gate in that dtype too"
 )
+STACKED_SHARED_GATE = (
+    "the router rounds its weights to its input's dtype and they scale the stacked shared experts' activations: a "
+    "float32 input makes them float32 and HF's own shared experts (torch.bmm) refuse the mixed dtypes; HF's router "
+    "computes its gate in float32 in its own code, so it runs unchanged (and Titan's prototype gate in float32)"
+)
 
 
-def resolve_router_gate(experts: dict) -> dict:
+def resolve_router_gate(experts: dict, shared: dict) -> dict:
     """The dtype HF's router gate runs in for the comparisons, and why: float32 unless HF's block cannot take a float32
-    gate (the scores enter the experts' input; or the expert layout says so, `STACKED_EXPERT_LAYOUTS`)."""
+    gate (the scores enter the experts' or the stacked shared experts' input; or the expert layout says so,
+    `STACKED_EXPERT_LAYOUTS`)."""
+    if shared.get("shared_experts") == "stacked":
+        return dict(router_gate_dtype="input", router_gate_reason=STACKED_SHARED_GATE)
     if experts["experts_format"] == "pre_dispatched":
         return dict(router_gate_dtype="input", router_gate_reason=SCORED_INPUT_GATE)
     if why := experts.get("gate_in_input_dtype"):
@@ -471,6 +480,7 @@ def probe_shared_experts(block: nn.Module) -> dict:
             shared_attr=attr,
             shared_gate_attr=gate_attr,
             shared_intermediate_size=down.shape[-1] if isinstance(down, torch.Tensor) else None,
+            num_shared_experts=down.shape[0] if isinstance(down, torch.Tensor) else 0,
         )
     return dict(
         shared_experts="sigmoid-gated" if gate_attr else "additive",
@@ -691,7 +701,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         experts_kernel=experts.get("experts_kernel", "eager"),
         **probe_shared_experts(block),
         returns=resolve_returns(block),
-        **resolve_router_gate(experts),
+        **resolve_router_gate(experts, probe_shared_experts(block)),
     )
     if experts["experts_format"] != "fused":
         probe.issues += titan_blockers(probe)

@@ -50,7 +50,8 @@ def equivalence_phase(model: str, seed: int = 0, small: bool = False) -> dict:
     if (
         expression is None or not expression.in_torchtitan
     ):  # a prototype that holds the layer is compared inside the model, reported apart from the core
-        extensions = in_model_check(syn, expression, seed) if expression is not None else []
+        too_large = memory_shortfall(hf_block) if expression is not None else None  # the model holds more than it
+        extensions = in_model_check(syn, expression, seed) if expression is not None and not too_large else []
         return phase_record(
             model,
             "equivalence",
@@ -59,6 +60,7 @@ def equivalence_phase(model: str, seed: int = 0, small: bool = False) -> dict:
             issues=probe.issues,
             extensions=extensions,
             status_with_extension=with_extension("BLOCKED", extensions),
+            **({"extension_reason": f"in-model check not run: {too_large}"} if too_large else {}),
         )
     if too_large := memory_shortfall(hf_block):
         return phase_record(model, "equivalence", "UNSUPPORTED", **base, reason=too_large)

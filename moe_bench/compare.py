@@ -651,8 +651,9 @@ def compare_in_model(
     module = expression.build(moe_block(run.layer), probe)  # its own contiguous copies, as training holds them
     if extension is not None:
         extension.install(module)
-    if titan_transform is not None:
-        module.load_state_dict(titan_transform(dict(module.state_dict())), strict=True)
+    if titan_transform is not None:  # its own copies: a rewrite may be a view of the tensor it is loaded into
+        rewritten = titan_transform(dict(module.state_dict()))  # (a square layout transposed, muse_spark's experts)
+        module.load_state_dict({k: v.clone() for k, v in rewritten.items()}, strict=True)
     titan_layer, seen = layer_with(run.layer, run.attr, expression, module, probe), {}
     hook = expression.titan_output(titan_layer, run.attr, probe).register_forward_hook(
         lambda m, a, o: seen.__setitem__("titan", hidden_of(o))

@@ -33,15 +33,15 @@ from moe_bench.hf import (
 from .moe_probe import MoEProbe, probe_moe_block
 
 # %% auto #0
-__all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'MODALITY_PREFIX', 'MUTATIONS', 'DTYPES',
-           'F32_COMBINE', 'REFERENCE_DTYPE', 'verdict', 'output_metrics', 'rel_l2', 'eager_experts',
-           'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics', 'hf_router_gate_float32', 'hf_router_gate',
-           'hf_routers_gate', 'capture_topk_ids', 'routing_agreement', 'meta_moe_block', 'materialize_', 'moe_input',
-           'synthetic_moe_block', 'memory_shortfall', 'HFReference', 'hf_reference', 'compare_moe_block',
-           'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs', 'experts_in_input_dtype', 'strict_runs',
-           'mutation_sweep', 'strict_refs', 'extension_check', 'with_extension', 'cast_floats', 'layer_reference',
-           'layer_with', 'InModelRun', 'hf_in_model', 'compare_in_model', 'in_model_strict', 'in_model_check',
-           'compare_in_layer']
+__all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'IN_MODEL_BYTES_PER_PARAM', 'MODALITY_PREFIX',
+           'MUTATIONS', 'DTYPES', 'F32_COMBINE', 'REFERENCE_DTYPE', 'verdict', 'output_metrics', 'rel_l2',
+           'eager_experts', 'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics', 'hf_router_gate_float32',
+           'hf_router_gate', 'hf_routers_gate', 'capture_topk_ids', 'routing_agreement', 'meta_moe_block',
+           'materialize_', 'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference', 'hf_reference',
+           'compare_moe_block', 'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs', 'experts_in_input_dtype',
+           'strict_runs', 'mutation_sweep', 'strict_refs', 'extension_check', 'with_extension', 'cast_floats',
+           'layer_reference', 'layer_with', 'InModelRun', 'hf_in_model', 'compare_in_model', 'in_model_strict',
+           'in_model_check', 'compare_in_layer']
 
 # %% ../nbs/00h_compare.ipynb #4516c348
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -222,17 +222,24 @@ def synthetic_moe_block(
 
 # %% ../nbs/00h_compare.ipynb #29e2a52a
 COMPARE_BYTES_PER_PARAM = 4 + 8  # HF's block in float32 and its float64 copy, held at once by `strict_refs`
+# in the model (a prototype): HF's layer in bfloat16 and float32, its float64 reference, Titan's float32 build and the
+# copy a mutation loads, held at once at the float64 run's peak
+IN_MODEL_BYTES_PER_PARAM = 2 + 4 + 8 + 4 + 4
 
 
-def memory_shortfall(block: nn.Module, fraction: float = 0.75) -> str | None:
+def memory_shortfall(
+    block: nn.Module,
+    fraction: float = 0.75,
+    bytes_per_param: int = COMPARE_BYTES_PER_PARAM,  # `IN_MODEL_BYTES_PER_PARAM` for a prototype's in-model check
+) -> str | None:
     "Why comparing this (meta) block would not fit this machine's memory; None where it fits."
     n = sum(p.numel() for p in block.parameters())
-    need, have = n * COMPARE_BYTES_PER_PARAM, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need, have = n * bytes_per_param, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need <= fraction * have:
         return None
     return (
         f"too large for this machine: the block's {n / 1e9:.2f}B parameters need {need / 2**30:.1f} GiB to compare "
-        f"(float32 and its float64 reference at once), more than {fraction:.0%} of its {have / 2**30:.1f} GiB"
+        f"({bytes_per_param} bytes a parameter: the copies held at once), more than {fraction:.0%} of its {have / 2**30:.1f} GiB"
     )
 
 # %% ../nbs/00h_compare.ipynb #ec9dd501

@@ -9,6 +9,7 @@ import torch
 
 from moe_bench.compare import (
     HF_RELATIVE,
+    IN_MODEL_BYTES_PER_PARAM,
     PASS_KL,
     WARN_KL,
     compare_moe_block,
@@ -50,7 +51,7 @@ def equivalence_phase(model: str, seed: int = 0, small: bool = False) -> dict:
     if (
         expression is None or not expression.in_torchtitan
     ):  # a prototype that holds the layer is compared inside the model, reported apart from the core
-        too_large = memory_shortfall(hf_block) if expression is not None else None  # the model holds more than it
+        too_large = memory_shortfall(hf_block, bytes_per_param=IN_MODEL_BYTES_PER_PARAM) if expression else None
         extensions = in_model_check(syn, expression, seed) if expression is not None and not too_large else []
         return phase_record(
             model,

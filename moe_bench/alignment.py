@@ -12,6 +12,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,7 @@ from moe_bench.extensions import (
     NonGatedGroupedExperts,
     clamped_swiglu_mlp,
     grouped_gated_mlp,
+    padded_width,
 )
 from .moe_probe import STACKED_EXPERT_LAYOUTS, MoEProbe
 from .replacement import Float32Gate
@@ -41,8 +43,8 @@ from .traces import Trace, capture_hf, hf_row_pairs, trace_moe
 __all__ = ['ALIGN', 'TITAN_ROUTE_NORM_EPS', 'PATCHES', 'torchtitan_digest', 'patch_attr', 'f32_combine', 'token_order_combine',
            'topk_sorted', 'router_gate_float32', 'experts_input_dtype', 'experts_float32', 'fused_gate_up',
            'hf_down_operand', 'glu_per_expert', 'activation_float32', 'hf_clamped_glu', 'scale_on_output',
-           'route_norm_epsilon', 'weights_in_input_dtype', 'softmax_over_topk', 'hf_row_order', 'Patch',
-           'patch_context', 'all_patches', 'measure', 'kernel_check', 'gap_table']
+           'route_norm_epsilon', 'weights_in_input_dtype', 'softmax_over_topk', 'hf_row_order', 'hf_expert_width',
+           'Patch', 'patch_context', 'all_patches', 'measure', 'kernel_check', 'gap_table']
 
 # %% ../nbs/03b_alignment.ipynb #920e359e
 def torchtitan_digest() -> str:
@@ -82,6 +84,7 @@ ALIGN = dict(
     experts_act_f32=False,
     experts_hf_glu=False,
     hf_kernel=None,
+    experts_width=None,  # HF's expert width, where Titan's experts are held wider (padded_experts)
 )
 
 
@@ -186,11 +189,23 @@ def router_gate_float32(titan, probe=None):
 _original_experts_forward = GroupedExperts.forward
 
 
+def _at_width(experts: GroupedExperts, width: int | None):
+    "The experts as `grouped_gated_mlp` reads them, cut to HF's width `width` in contiguous copies (None: as they are)."
+    if width is None or experts.w2_EDF.shape[-1] == width:
+        return experts
+    return SimpleNamespace(
+        w1_EFD=experts.w1_EFD[:, :width].contiguous(),
+        w3_EFD=experts.w3_EFD[:, :width].contiguous(),
+        w2_EDF=experts.w2_EDF[..., :width].contiguous(),
+        _grouped_mm=experts._grouped_mm,  # the instance's seam: the traces record its calls there
+    )
+
+
 def _aligned_experts_forward(self, x_RD, num_tokens_per_expert_E):
     "GroupedExperts.forward as the `ALIGN` switches say: the compute dtype, a fused gate-up, HF's operand layout, the GLU's precision."
     dtype = dict(input=x_RD.dtype, float32=torch.float32).get(ALIGN["experts_dtype"], torch.bfloat16)
     return grouped_gated_mlp(
-        self,
+        _at_width(self, ALIGN["experts_width"]),
         x_RD,
         num_tokens_per_expert_E,
         F.silu,
@@ -219,12 +234,18 @@ def _aligned_gpt_oss_forward(self, x_RD, num_tokens_per_expert_E):
     )
 
 
+def _aligned_computing_forward(self, experts, x_RD, num_tokens_per_expert_E):
+    "The identity_experts prototype's computing experts through the aligned forward."
+    return _aligned_experts_forward(experts, x_RD, num_tokens_per_expert_E)
+
+
 @contextmanager
 def _aligned_experts(**switches):
-    "Both experts' aligned forwards installed, with `switches` set."
+    "Every experts' aligned forward installed (the core's, the prototypes' that share its SwiGLU), with `switches` set."
     with (
         patch_attr(GroupedExperts, "forward", _aligned_experts_forward),
         patch_attr(ClampedGluGroupedExperts, "forward", _aligned_experts_forward),
+        patch_attr(IdentityTailGroupedExperts, "computing_forward", _aligned_computing_forward),
         patch_attr(InputDtypeGptOssExperts, "forward", _aligned_gpt_oss_forward),
         _switch(**switches),
     ):
@@ -358,6 +379,25 @@ def hf_row_order(titan=None, probe=None):
     with patch_attr(LocalTokenDispatcher, "_local_reorder", _reorder_keeping_permutation), _switch(hf_kernel=kernel):
         yield
 
+# %% ../nbs/03b_alignment.ipynb #de7296fa
+def _per_expert_mm(self, *, A: torch.Tensor, B_t: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    "`GroupedExperts._grouped_mm` as HF's eager experts loop computes it: one matmul per expert's rows, at any width."
+    ends = offs.tolist()
+    starts = [0, *ends[:-1]]
+    out = [A[s:e] @ B_t[g] for g, (s, e) in enumerate(zip(starts, ends, strict=True))]
+    out.append(A.new_zeros(A.shape[0] - ends[-1], B_t.shape[-1]))  # rows past the last group, as grouped_mm's
+    return torch.cat(out)
+
+
+@contextmanager
+def hf_expert_width(titan=None, probe=None):
+    "Patch (kernel alignment): the experts computed at HF's width, one matmul per expert, as HF's eager loop."
+    with (
+        _aligned_experts(experts_width=probe.moe_intermediate_size),
+        patch_attr(GroupedExperts, "_grouped_mm", _per_expert_mm),
+    ):
+        yield
+
 # %% ../nbs/03b_alignment.ipynb #3b3e911b
 @dataclass(frozen=True)
 class Patch:
@@ -470,6 +510,13 @@ PATCHES = (
         hf_row_order,
         lambda p, dt: p.experts_kernel in ("grouped_mm", "eager"),
         "HF kernels that group rows per expert (grouped_mm, eager loops)",
+    ),
+    Patch(
+        "kernel align: HF's expert width",
+        "experts computed at HF's own width, one matmul per expert, as HF's eager loop (not zero-padded)",
+        hf_expert_width,
+        lambda p, dt: padded_width(p.moe_intermediate_size) != p.moe_intermediate_size,
+        "experts whose width torch._grouped_mm cannot stride, held zero-padded (padded_experts)",
     ),
     Patch(
         "activation in f32",

@@ -772,17 +772,21 @@ class IdentityTailGroupedExperts(GroupedExperts):
 
     compute_in_input_dtype = False  # upstream computes in bfloat16; `cpu_compat` sets True, as for GroupedExperts
 
+    def computing_forward(self, experts, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+        "The computing experts' rows: torchtitan's grouped SwiGLU (the seam the gap analysis aligns)."
+        dtype = x_RD.dtype if self.compute_in_input_dtype else torch.bfloat16
+        return grouped_gated_mlp(experts, x_RD, num_tokens_per_expert_E, F.silu, dtype)
+
     def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
         computing = self.w2_EDF.shape[0]
         rows = int(num_tokens_per_expert_E[:computing].sum())  # the dispatcher's rows are grouped by expert, in order
-        dtype = x_RD.dtype if self.compute_in_input_dtype else torch.bfloat16
         experts = SimpleNamespace(  # the computing experts, as `grouped_gated_mlp` reads an experts module
             w1_EFD=self.w1_EFD[:computing],
             w2_EDF=self.w2_EDF,
             w3_EFD=self.w3_EFD[:computing],
             _grouped_mm=self._grouped_mm,
         )
-        out_RD = grouped_gated_mlp(experts, x_RD[:rows], num_tokens_per_expert_E[:computing], F.silu, dtype)
+        out_RD = self.computing_forward(experts, x_RD[:rows], num_tokens_per_expert_E[:computing])
         return torch.cat([out_RD, x_RD[rows:].to(out_RD.dtype)])
 
 # %% ../nbs/00e_extensions.ipynb #5876fc23

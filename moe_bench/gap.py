@@ -33,9 +33,6 @@ def gap_analysis_phase(model: str, seed: int = 0, small: bool = False) -> tuple[
     expression = expression_of(hf_block, probe)
     if expression is None or expression.scope != "block":  # torchtitan's MoEs, and prototypes replacing the block
         return phase_record(model, "gap_analysis", "BLOCKED", issues=probe.issues), {}
-    if probe.identity_experts:  # HF's stages are read per (token, computing expert) pair
-        why = "the stage traces pair HF's expert rows with Titan's; identity experts have no rows to pair"
-        return phase_record(model, "gap_analysis", "BLOCKED", issues=probe.issues, reason=why), {}
     if nested_moe_blocks(hf_block):  # HF's stages are read off one router and one expert set
         why = (
             "the stage traces follow one router and one expert set; a block split by modality has one per modality "

@@ -17,12 +17,13 @@ from matplotlib.colors import LogNorm
 from torch import nn
 
 from .core import hidden_of
+from .extensions import IdentityTailGroupedExperts
 from .moe_probe import MoEProbe
 
 # %% auto #0
 __all__ = ['STAGES', 'STAGE_NOTES', 'FLOOR', 'slot_of_pair', 'rows_to_slots', 'by_slot', 'StageDiff', 'Trace', 'hf_row_pairs',
-           'capture_hf', 'capture_titan', 'trace_moe', 'plot_pipeline', 'plot_output_heatmap', 'routing_disagreement',
-           'plot_routing_disagreement', 'plot_histogram']
+           'computing_pairs', 'capture_hf', 'capture_titan', 'trace_moe', 'plot_pipeline', 'plot_output_heatmap',
+           'routing_disagreement', 'plot_routing_disagreement', 'plot_histogram']
 
 # %% ../nbs/03a_traces.ipynb #4304706c
 STAGES = (
@@ -221,6 +222,20 @@ def _scored_input_stages(seen: dict, probe: MoEProbe, D: int) -> dict:
     return res
 
 
+def computing_pairs(pairs_R: torch.Tensor, ids_TK: torch.Tensor, num_computing: int) -> torch.Tensor:
+    "The pairs of `pairs_R` (a kernel's row order) whose expert computes: identity experts (the last ids) have no gate."
+    return pairs_R[ids_TK.reshape(-1)[pairs_R] < num_computing]
+
+
+def _down_slot_by_slot(experts: nn.Module, hidden_TP: torch.Tensor, ids_TK: torch.Tensor) -> torch.Tensor:
+    "`(T * K, P)`: each pair's expert output from HF's experts on the block's own routing, one slot weighted 1 at a"
+    " time and the others 0 (exact: adding a zero changes no bit)."
+    T, K = ids_TK.shape
+    onehot_KK = torch.eye(K, dtype=hidden_TP.dtype)
+    down_KTP = torch.stack([experts(hidden_TP, ids_TK, onehot_KK[k].expand(T, K)) for k in range(K)])
+    return down_KTP.transpose(0, 1).reshape(T * K, -1)
+
+
 def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dict:
     "HF's stage tensors (rows of per-expert stages at `(T, K, ...)` by slot)."
     router, experts = getattr(hf_block, probe.router_attr), getattr(hf_block, probe.experts_attr)
@@ -287,14 +302,18 @@ def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dic
             gate_R = torch.cat(gates)
             up_R = torch.cat([g._base[..., g.shape[-1] :] for g in gates])
             act_R = torch.cat([o for _, o in seen["act"]]) * up_R
+            computed = computing_pairs(pairs, ids_TK, probe.num_experts - probe.identity_experts)
             res |= dict(
-                expert_gate=rows_to_slots(gate_R, pairs, ids_TK),
-                expert_up=rows_to_slots(up_R, pairs, ids_TK),
-                expert_act=rows_to_slots(act_R, pairs, ids_TK),
+                expert_gate=rows_to_slots(gate_R, computed, ids_TK),
+                expert_up=rows_to_slots(up_R, computed, ids_TK),
+                expert_act=rows_to_slots(act_R, computed, ids_TK),
             )
     with torch.no_grad():  # HF's own experts, one (token, expert) pair per row, weight exactly 1
         rows_SP = hidden_TP[torch.arange(T * K) // K]
-        down_SP = experts(rows_SP, ids_TK.reshape(-1, 1), torch.ones(T * K, 1, dtype=x_BLD.dtype))
+        try:
+            down_SP = experts(rows_SP, ids_TK.reshape(-1, 1), torch.ones(T * K, 1, dtype=x_BLD.dtype))
+        except ValueError:  # a loop that squeezes its k axis (longcat_flash's) takes no one-slot call
+            down_SP = _down_slot_by_slot(experts, hidden_TP, ids_TK)
     res["expert_down"] = rows_to_slots(down_SP.reshape(T * K, P), torch.arange(T * K), ids_TK)  # dbrx: (T*K, 1, D)
     return res
 
@@ -365,15 +384,19 @@ def capture_titan(titan: nn.Module, x_BLD: torch.Tensor) -> dict:
     routed_RD, scaled = x_TP[pairs // K], getattr(dispatcher, "scaled", None)
     if scaled is not None:  # a dispatcher that scales the rows by their scores (score_before_experts) hands over those
         routed_RD = scaled(routed_RD, weights_TK.reshape(-1)[pairs])
+    computed = pairs
+    if isinstance(inner, IdentityTailGroupedExperts):  # the grouped matmuls ran the computing experts' rows alone
+        computed = computing_pairs(pairs, ids_TK, inner.w2_EDF.shape[0])
+        down_R = torch.cat([down_R, routed_RD[len(computed) :].to(down_R.dtype)])  # identity rows: their input
     return dict(
         router_logits=seen["logits"].reshape(-1, seen["logits"].shape[-1]),
         scores=scores_BLE.reshape(T, -1),
         topk_ids=ids_TK.sort(-1).values,
         topk_weights=by_slot(weights_TK, ids_TK),
         expert_input=rows_to_slots(routed_RD, pairs, ids_TK),
-        expert_gate=rows_to_slots(gate_R, pairs, ids_TK),
-        expert_up=rows_to_slots(up_R, pairs, ids_TK),
-        expert_act=rows_to_slots(act_R, pairs, ids_TK),
+        expert_gate=rows_to_slots(gate_R, computed, ids_TK),
+        expert_up=rows_to_slots(up_R, computed, ids_TK),
+        expert_act=rows_to_slots(act_R, computed, ids_TK),
         expert_down=rows_to_slots(down_R, pairs, ids_TK),
         combine=seen["combine"].reshape(-1, P),
         output=out_BLD.reshape(-1, D),

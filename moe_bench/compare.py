@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
@@ -35,13 +36,13 @@ from .moe_probe import MoEProbe, probe_moe_block
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'IN_MODEL_BYTES_PER_PARAM', 'MODALITY_PREFIX',
            'MUTATIONS', 'DTYPES', 'F32_COMBINE', 'REFERENCE_DTYPE', 'verdict', 'output_metrics', 'rel_l2',
-           'eager_experts', 'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics', 'hf_router_gate_float32',
-           'hf_router_gate', 'hf_routers_gate', 'capture_topk_ids', 'routing_agreement', 'meta_moe_block',
-           'materialize_', 'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference', 'hf_reference',
-           'compare_moe_block', 'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs', 'experts_in_input_dtype',
-           'strict_runs', 'mutation_sweep', 'strict_refs', 'extension_check', 'with_extension', 'cast_floats',
-           'layer_reference', 'layer_with', 'InModelRun', 'hf_in_model', 'compare_in_model', 'in_model_strict',
-           'in_model_check', 'compare_in_layer']
+           'eager_experts', 'float64_in_place', 'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics',
+           'hf_router_gate_float32', 'hf_router_gate', 'hf_routers_gate', 'capture_topk_ids', 'routing_agreement',
+           'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference',
+           'hf_reference', 'compare_moe_block', 'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs',
+           'experts_in_input_dtype', 'strict_runs', 'mutation_sweep', 'strict_refs', 'extension_check',
+           'with_extension', 'cast_floats', 'layer_reference', 'layer_with', 'InModelRun', 'hf_in_model',
+           'compare_in_model', 'in_model_strict', 'in_model_check', 'compare_in_layer']
 
 # %% ../nbs/00h_compare.ipynb #4516c348
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -94,10 +95,27 @@ def eager_experts(module: nn.Module) -> nn.Module:
     return module
 
 
+@contextmanager
+def float64_in_place(module: nn.Module):
+    "`module` itself in float64 with HF's eager experts loop, cast tensor by tensor, and restored on exit: a float32"
+    " value survives float64 and back exactly, and the block is never held twice (peak: float64 plus one tensor)."
+    floats = [t for t in itertools.chain(module.parameters(), module.buffers()) if t.is_floating_point()]
+    dtypes = [t.dtype for t in floats]
+    configs = {m: m.config for m in module.modules() if hasattr(getattr(m, "config", None), "_experts_implementation")}
+    try:
+        for t in floats:
+            t.data = t.data.to(torch.float64)
+        yield eager_experts(module)
+    finally:
+        for t, dtype in zip(floats, dtypes, strict=True):
+            t.data = t.data.to(dtype)
+        for m, config in configs.items():
+            m.config = config
+
+
 def hf_float64_output(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> torch.Tensor:
     "HF's block in float64 on `x_BLD`, its router gate in float32 as in every run (the same experts chosen)."
-    hf = eager_experts(cast_copy(hf_block, torch.float64))
-    with torch.no_grad(), hf_router_gate(getattr(hf, probe.router_attr), probe):
+    with float64_in_place(hf_block) as hf, torch.no_grad(), hf_router_gate(getattr(hf, probe.router_attr), probe):
         return hidden_of(hf(x_BLD.double()))
 
 
@@ -221,7 +239,9 @@ def synthetic_moe_block(
     return block, probe, materialize_(block, config, seed)
 
 # %% ../nbs/00h_compare.ipynb #29e2a52a
-COMPARE_BYTES_PER_PARAM = 4 + 8  # HF's block in float32 and its float64 copy, held at once by `strict_refs`
+# a block compared: HF's block in float32, its bfloat16 copy, and the float32 copy of Titan's tensors a mutation loads;
+# `strict_refs` casts the block itself to float64 and back (`float64_in_place`), so float64 is never held beside it
+COMPARE_BYTES_PER_PARAM = 4 + 2 + 4
 # in the model (a prototype): HF's layer in bfloat16 and float32, its float64 reference, Titan's float32 build and the
 # copy a mutation loads, held at once at the float64 run's peak
 IN_MODEL_BYTES_PER_PARAM = 2 + 4 + 8 + 4 + 4
@@ -234,12 +254,18 @@ def memory_shortfall(
 ) -> str | None:
     "Why comparing this (meta) block would not fit this machine's memory; None where it fits."
     n = sum(p.numel() for p in block.parameters())
-    need, have = n * bytes_per_param, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    largest = max((p.numel() for p in block.parameters()), default=0)
+    need = n * bytes_per_param
+    if (
+        bytes_per_param == COMPARE_BYTES_PER_PARAM
+    ):  # the float64 reference's peak: the block in float64, one tensor cast
+        need = max(need, 8 * n + 4 * largest)
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need <= fraction * have:
         return None
     return (
         f"too large for this machine: the block's {n / 1e9:.2f}B parameters need {need / 2**30:.1f} GiB to compare "
-        f"({bytes_per_param} bytes a parameter: the copies held at once), more than {fraction:.0%} of its {have / 2**30:.1f} GiB"
+        f"(the copies held at once at the peak), more than {fraction:.0%} of its {have / 2**30:.1f} GiB"
     )
 
 # %% ../nbs/00h_compare.ipynb #ec9dd501

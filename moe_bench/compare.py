@@ -36,7 +36,7 @@ from .moe_probe import MoEProbe, probe_moe_block
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'IN_MODEL_BYTES_PER_PARAM', 'MODALITY_PREFIX',
            'MUTATIONS', 'DTYPES', 'F32_COMBINE', 'REFERENCE_DTYPE', 'verdict', 'output_metrics', 'rel_l2',
-           'eager_experts', 'float64_in_place', 'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics',
+           'eager_experts', 'upcast_in_place', 'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics',
            'hf_router_gate_float32', 'hf_router_gate', 'hf_routers_gate', 'capture_topk_ids', 'routing_agreement',
            'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference',
            'hf_reference', 'compare_moe_block', 'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs',
@@ -96,15 +96,15 @@ def eager_experts(module: nn.Module) -> nn.Module:
 
 
 @contextmanager
-def float64_in_place(module: nn.Module):
-    "`module` itself in float64 with HF's eager experts loop, cast tensor by tensor, and restored on exit: a float32"
-    " value survives float64 and back exactly, and the block is never held twice (peak: float64 plus one tensor)."
+def upcast_in_place(module: nn.Module, dtype: torch.dtype = torch.float64):
+    "`module` itself in `dtype` with HF's eager experts loop, cast tensor by tensor, and restored on exit: a value"
+    " survives a wider dtype and back exactly, and the block is never held twice (peak: `dtype` plus one tensor)."
     floats = [t for t in itertools.chain(module.parameters(), module.buffers()) if t.is_floating_point()]
     dtypes = [t.dtype for t in floats]
     configs = {m: m.config for m in module.modules() if hasattr(getattr(m, "config", None), "_experts_implementation")}
     try:
         for t in floats:
-            t.data = t.data.to(torch.float64)
+            t.data = t.data.to(dtype)
         yield eager_experts(module)
     finally:
         for t, dtype in zip(floats, dtypes, strict=True):
@@ -115,7 +115,7 @@ def float64_in_place(module: nn.Module):
 
 def hf_float64_output(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> torch.Tensor:
     "HF's block in float64 on `x_BLD`, its router gate in float32 as in every run (the same experts chosen)."
-    with float64_in_place(hf_block) as hf, torch.no_grad(), hf_router_gate(getattr(hf, probe.router_attr), probe):
+    with upcast_in_place(hf_block) as hf, torch.no_grad(), hf_router_gate(getattr(hf, probe.router_attr), probe):
         return hidden_of(hf(x_BLD.double()))
 
 
@@ -240,11 +240,11 @@ def synthetic_moe_block(
 
 # %% ../nbs/00h_compare.ipynb #29e2a52a
 # a block compared: HF's block in float32, its bfloat16 copy, and the float32 copy of Titan's tensors a mutation loads;
-# `strict_refs` casts the block itself to float64 and back (`float64_in_place`), so float64 is never held beside it
+# `strict_refs` casts the block itself to float64 and back (`upcast_in_place`), so float64 is never held beside it
 COMPARE_BYTES_PER_PARAM = 4 + 2 + 4
-# in the model (a prototype): HF's layer in bfloat16 and float32, its float64 reference, Titan's float32 build and the
-# copy a mutation loads, held at once at the float64 run's peak
-IN_MODEL_BYTES_PER_PARAM = 2 + 4 + 8 + 4 + 4
+# in the model (a prototype): HF's layer in float32 (the model's own, the float32 run's) and its bfloat16 copy, Titan's
+# float32 build and the tensors a mutation rewrites; each run's reference is its own layer cast up in place and back
+IN_MODEL_BYTES_PER_PARAM = 4 + 2 + 4 + 4
 
 
 def memory_shortfall(
@@ -609,16 +609,17 @@ def layer_reference(
     dtype: torch.dtype,  # one precision up of the run's
 ) -> torch.Tensor:
     "What HF's layer gives at `expression.hf_output`, one precision up, on the same input: the strict verdict's reference."
-    layer = eager_experts(cast_copy(hf_layer, dtype))
+    " The layer itself is cast up and back (exact), never copied: a production-width layer is held once."
     seen = {}
-    hook = expression.hf_output(layer, attr, probe).register_forward_hook(
-        lambda m, a, o: seen.__setitem__("ref", hidden_of(o))
-    )
-    try:
-        with torch.no_grad(), hf_routers_gate(moe_block(layer), probe):
-            layer(*cast_floats(called["args"], dtype, True), **cast_floats(called["kwargs"], dtype, True))
-    finally:
-        hook.remove()
+    with upcast_in_place(hf_layer, dtype) as layer:
+        hook = expression.hf_output(layer, attr, probe).register_forward_hook(
+            lambda m, a, o: seen.__setitem__("ref", hidden_of(o))
+        )
+        try:
+            with torch.no_grad(), hf_routers_gate(moe_block(layer), probe):
+                layer(*cast_floats(called["args"], dtype, True), **cast_floats(called["kwargs"], dtype, True))
+        finally:
+            hook.remove()
     return seen["ref"]
 
 
@@ -650,7 +651,7 @@ class InModelRun(NamedTuple):
 
 def hf_in_model(hf_model: nn.Module, expression: Expression, probe: MoEProbe, dtype: torch.dtype, seed: int = 0):
     "HF's model in `dtype` on seeded token ids (its router gate in float32), once: an `InModelRun`."
-    hf = cast_copy(hf_model, dtype).eval()
+    hf = in_dtype(hf_model, dtype).eval()  # the model itself in its own dtype: HF's forward only reads its weights
     layer = decoder_layers(hf)[moe_layer_indices(hf)[0]]
     attr, seen, called = moe_attr_name(layer), {}, {}
     hooks = [
@@ -684,9 +685,14 @@ def compare_in_model(
     module = expression.build(moe_block(run.layer), probe)  # its own contiguous copies, as training holds them
     if extension is not None:
         extension.install(module)
-    if titan_transform is not None:  # its own copies: a rewrite may be a view of the tensor it is loaded into
-        rewritten = titan_transform(dict(module.state_dict()))  # (a square layout transposed, muse_spark's experts)
-        module.load_state_dict({k: v.clone() for k, v in rewritten.items()}, strict=True)
+    if titan_transform is not None:  # a rewrite may be a view of the tensor it is loaded into (a square layout
+        own = dict(module.state_dict())  # transposed, muse_spark's experts): such a one is copied first
+        storages = {t.untyped_storage().data_ptr() for t in own.values()}
+        rewritten = {
+            k: v if v is own[k] or v.untyped_storage().data_ptr() not in storages else v.clone()
+            for k, v in titan_transform(dict(own)).items()
+        }
+        module.load_state_dict(rewritten, strict=True)
     titan_layer, seen = layer_with(run.layer, run.attr, expression, module, probe), {}
     hook = expression.titan_output(titan_layer, run.attr, probe).register_forward_hook(
         lambda m, a, o: seen.__setitem__("titan", hidden_of(o))

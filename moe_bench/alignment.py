@@ -589,12 +589,18 @@ def kernel_check(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.
     )
 
 # %% ../nbs/03b_alignment.ipynb #4050bdd7
-def _sentence(patch, before: dict, after: dict, probe: MoEProbe, dtype: torch.dtype) -> str:
+def _sentence(patch, before: dict, after: dict) -> str:
     change = f"max_diff {before['max_diff']:.2e} -> {after['max_diff']:.2e}"
     if after["max_diff"] == before["max_diff"] and after["kl"] == before["kl"]:
-        why = f" (it matters only for {patch.condition})" if not patch.applies(probe, dtype) else ""
-        return f"{patch.description}: no effect{why}"
+        return f"{patch.description}: no effect"
     return f"{patch.description}: {change}"
+
+
+def _not_applied(patch, before: dict) -> dict:
+    "The row of a patch that cannot change anything here: not re-run, the previous row's figures carried, and why."
+    figures = {k: v for k, v in before.items() if k not in ("patch", "description", "applied")}
+    why = f"not applied, the previous row carried (it matters only for {patch.condition})"
+    return dict(patch=f"+{patch.name}", **figures, description=f"{patch.description}: {why}", applied=False)
 
 
 def gap_table(
@@ -618,6 +624,10 @@ def gap_table(
         res, traces["baseline"] = measure(hf, titan, probe, x_BLD, hf_capture)
         rows.append(dict(patch="baseline", **res, description="no patches: torchtitan as installed"))
         for patch in PATCHES:
+            if not patch.applies(probe, dtype):  # its context is a null one: the same computation again
+                rows.append(_not_applied(patch, rows[-1]))
+                traces[f"+{patch.name}"] = traces[next(reversed(traces))]
+                continue
             try:
                 stack.enter_context(patch_context(patch, titan, probe, dtype))
                 new, trace = measure(hf, titan, probe, x_BLD, hf_capture)
@@ -633,7 +643,7 @@ def gap_table(
                 )
                 break
             traces[f"+{patch.name}"] = trace
-            rows.append(dict(patch=f"+{patch.name}", **new, description=_sentence(patch, rows[-1], new, probe, dtype)))
+            rows.append(dict(patch=f"+{patch.name}", **new, description=_sentence(patch, rows[-1], new)))
         kernel = kernel_check(hf, titan, probe, x_BLD)  # under every patch: HF's output must still be the one captured
     if not torch.equal(kernel["hf_output"].reshape(hf_capture["output"].shape), hf_capture["output"]):
         raise RuntimeError("HF's output changed under the alignment patches: they must touch torchtitan only")

@@ -1,7 +1,7 @@
 """Gap analysis: traces name a perturbed stage, and torchtitan is left exactly as installed, even on failure."""
 
 import copy
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import pytest
 import torch
@@ -114,3 +114,29 @@ def test_gap_table_reaches_zero_in_both_dtypes(qwen_bf16):
         assert rows[0]["max_diff"] > 0, "the baseline should differ: otherwise the analysis shows nothing"
         assert rows[-1]["max_diff"] == 0.0 and rows[-1]["kernel_check_max_diff"] == 0.0, rows
     assert torchtitan_digest() == before
+
+
+def test_a_patch_that_cannot_apply_is_not_rerun_and_says_so(qwen_bf16):
+    hf, probe, _ = qwen_bf16
+    rows, traces = alignment.gap_table(hf, probe, torch.bfloat16)
+    carried = [(before, row) for before, row in zip(rows, rows[1:], strict=False) if row.get("applied") is False]
+    assert carried, "qwen3_moe at top_k 2 in bfloat16 has patches that cannot apply (token-order sum)"
+    for before, row in carried:
+        assert "not applied" in row["description"], row
+        assert [row[k] for k in ("max_diff", "kl", "first_divergence")] == [
+            before[k] for k in ("max_diff", "kl", "first_divergence")
+        ]
+        assert traces[row["patch"]] is traces[before["patch"]]
+
+
+def test_running_the_same_computation_again_gives_the_same_row(qwen_bf16, monkeypatch):
+    "What carrying a row rests on: a patch that changes nothing, run, measures exactly what the row before it did."
+    hf, probe, _ = qwen_bf16
+    monkeypatch.setattr(
+        alignment, "PATCHES", (PATCHES[0], Patch("null", "changes nothing", lambda t, p: nullcontext()))
+    )
+    rows, _ = alignment.gap_table(hf, probe, torch.bfloat16)
+    assert rows[2]["patch"] == "+null" and "applied" not in rows[2]
+    assert [rows[2][k] for k in ("max_diff", "kl", "first_divergence")] == [
+        rows[1][k] for k in ("max_diff", "kl", "first_divergence")
+    ]

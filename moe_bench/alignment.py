@@ -22,29 +22,30 @@ from torch import nn
 from torchtitan.models.common.moe import GroupedExperts
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 
-from .compare import hf_router_gate, moe_input, output_metrics
-from .core import hidden_of, in_dtype
-from .expression import CORE, expression_of
+from .compare import hf_routers_gate, moe_input, output_metrics
+from .core import in_dtype
+from .expression import CORE, expression_of, modality_probes
 from moe_bench.extensions import (
     ClampedGluGroupedExperts,
     Float32CombineDispatcher,
     IdentityTailGroupedExperts,
     InputDtypeGptOssExperts,
     NonGatedGroupedExperts,
+    PerModalityMoE,
     clamped_swiglu_mlp,
     grouped_gated_mlp,
     padded_width,
 )
 from .moe_probe import STACKED_EXPERT_LAYOUTS, MoEProbe
 from .replacement import Float32Gate
-from .traces import Trace, capture_hf, hf_row_pairs, trace_moe
+from .traces import Trace, capture_hf, hf_row_pairs, run_block, trace_moe
 
 # %% auto #0
 __all__ = ['ALIGN', 'TITAN_ROUTE_NORM_EPS', 'PATCHES', 'torchtitan_digest', 'patch_attr', 'f32_combine', 'token_order_combine',
            'topk_sorted', 'router_gate_float32', 'experts_input_dtype', 'experts_float32', 'fused_gate_up',
            'hf_down_operand', 'glu_per_expert', 'activation_float32', 'hf_clamped_glu', 'scale_on_output',
            'route_norm_epsilon', 'weights_in_input_dtype', 'softmax_over_topk', 'hf_row_order', 'hf_expert_width',
-           'Patch', 'patch_context', 'all_patches', 'measure', 'kernel_check', 'gap_table']
+           'Patch', 'patch_context', 'all_patches', 'patched_moes', 'measure', 'kernel_check', 'gap_table']
 
 # %% ../nbs/03b_alignment.ipynb #920e359e
 def torchtitan_digest() -> str:
@@ -548,12 +549,19 @@ def all_patches(titan, probe: MoEProbe, dtype: torch.dtype):
             stack.enter_context(patch_context(p, titan, probe, dtype))
         yield
 
+# %% ../nbs/03b_alignment.ipynb #0d1634ef
+def patched_moes(titan: nn.Module, hf_block: nn.Module, probe: MoEProbe) -> list[tuple[nn.Module, MoEProbe]]:
+    "The torchtitan MoEs a patch acts on, each with its probe: the block's, or each modality's in a `PerModalityMoE`."
+    if isinstance(titan, PerModalityMoE):
+        return list(zip((titan, titan.modality_moe), modality_probes(hf_block, probe), strict=True))
+    return [(titan, probe)]
+
 # %% ../nbs/03b_alignment.ipynb #0230a36f
 def measure(
     hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor, hf_capture: dict | None = None
 ) -> tuple[dict, Trace]:
     "max_diff, KL and first divergence of Titan against HF on `x_BLD` (HF's stages given, or captured here), with the trace."
-    with hf_router_gate(getattr(hf, probe.router_attr), probe):
+    with hf_routers_gate(hf, probe):
         trace = trace_moe(hf, titan, probe, x_BLD, hf_capture)
     m = output_metrics(trace["output"].hf, trace["output"].titan)
     first = trace.first_divergence()
@@ -578,10 +586,10 @@ def kernel_check(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.
     hf_with_titan = copy.deepcopy(hf, memo)
     exported = (expression_of(hf, probe) or CORE).export(titan, hf, probe)  # a prototype's own tensors too
     hf_with_titan.load_state_dict(exported, strict=True, assign=True)
-    with torch.no_grad(), hf_router_gate(getattr(hf, probe.router_attr), probe):
-        ref = hidden_of(hf(x_BLD))
-    with torch.no_grad(), hf_router_gate(getattr(hf_with_titan, probe.router_attr), probe):
-        out = hidden_of(hf_with_titan(x_BLD))
+    with torch.no_grad(), hf_routers_gate(hf, probe):
+        ref = run_block(hf, x_BLD)  # a block split by modality: on the mixed modality mask
+    with torch.no_grad(), hf_routers_gate(hf_with_titan, probe):
+        out = run_block(hf_with_titan, x_BLD)
     return dict(
         max_diff=(out.double() - ref.double()).abs().max().item(),
         hf_output=ref,
@@ -618,7 +626,7 @@ def gap_table(
     x_BLD = moe_input(probe.hidden_size, dtype, seed) if x_BLD is None else x_BLD.to(dtype)
     rows, traces = [], {}
     # HF's stages once: the patches below touch torchtitan only
-    with hf_router_gate(getattr(hf, probe.router_attr), probe):
+    with hf_routers_gate(hf, probe):
         hf_capture = capture_hf(hf, probe, x_BLD)
     with ExitStack() as stack:
         res, traces["baseline"] = measure(hf, titan, probe, x_BLD, hf_capture)
@@ -629,7 +637,8 @@ def gap_table(
                 traces[f"+{patch.name}"] = traces[next(reversed(traces))]
                 continue
             try:
-                stack.enter_context(patch_context(patch, titan, probe, dtype))
+                for moe, moe_probe in patched_moes(titan, hf, probe):  # each modality's MoE, where split
+                    stack.enter_context(patch_context(patch, moe, moe_probe, dtype))
                 new, trace = measure(hf, titan, probe, x_BLD, hf_capture)
             except Exception as e:
                 rows.append(

@@ -73,6 +73,7 @@ from moe_bench.extensions import (
     layer_moe_sharding,
     layer_moe_state,
     make_non_gated_,
+    mixed_modality_mask,
     mlp_gating,
     moe_branch_norms,
     norm_form_of,
@@ -118,8 +119,9 @@ __all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NO
            'with_route_norm_p', 'output_norm_attr', 'output_norm_applies', 'ExpertProjections', 'expert_projections_of',
            'expert_projections_rules', 'expert_projections_applies', 'expert_projections_config',
            'score_before_experts_applies', 'identity_experts_applies', 'router_weighted_shared_applies',
-           'per_modality_applies', 'PerModalityBlock', 'mixed_modality_inputs', 'padded_experts_applies',
-           'with_score_func', 'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
+           'modality_probes', 'per_modality_applies', 'PerModalityBlock', 'mixed_modality_inputs',
+           'padded_experts_applies', 'with_score_func', 'sparsemixer_applies', 'expression_of', 'Expressed',
+           'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -780,7 +782,7 @@ ROUTER_WEIGHTED_SHARED = block_prototype(
 )
 
 # %% ../nbs/00f_expression.ipynb #766de8f1
-def _modality_probes(block: nn.Module, probe: MoEProbe) -> tuple[MoEProbe, MoEProbe]:
+def modality_probes(block: nn.Module, probe: MoEProbe) -> tuple[MoEProbe, MoEProbe]:
     "Probes of the first modality's MoE (with the block's shared expert) and of the second's (its own expert width)."
     second = getattr(block, nested_moe_blocks(block)[1])
     width = probe_experts(second.experts, probe.hidden_size)["moe_intermediate_size"]
@@ -801,7 +803,7 @@ def per_modality_applies(block: nn.Module, probe: MoEProbe) -> bool:
         k: v for k, v in ex_second.items() if k != "moe_intermediate_size"
     }:
         return False
-    text, vision = _modality_probes(block, probe)
+    text, vision = modality_probes(block, probe)
     shared = _shared_mlp(block, text)
     if shared is not None and not ((gating := mlp_gating(shared)) is not None and plain_silu(gating)):
         return False
@@ -822,7 +824,7 @@ def _modality_states(block: nn.Module) -> tuple[dict, dict]:
 
 def _build_per_modality(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
     parts = []
-    for p, hf_sd in zip(_modality_probes(block, probe), _modality_states(block), strict=True):
+    for p, hf_sd in zip(modality_probes(block, probe), _modality_states(block), strict=True):
         with torch.device("meta"):
             moe = titan_moe_config(p).build()
         parts.append(load_titan_state_(moe, hf_block_to_titan(hf_sd, p), p.num_experts, gate_float32, share))
@@ -833,7 +835,7 @@ def _build_per_modality(block: nn.Module, probe: MoEProbe, gate_float32: bool = 
 
 def _export_per_modality(titan: MoE, block: nn.Module, probe: MoEProbe) -> dict:
     first, second = nested_moe_blocks(block)
-    text, vision = _modality_probes(block, probe)
+    text, vision = modality_probes(block, probe)
     sd, inner = dict(titan.state_dict()), "modality_moe."
     text_hf = titan_block_to_hf({k: v for k, v in sd.items() if not k.startswith(inner)}, text)
     vision_hf = titan_block_to_hf({k.removeprefix(inner): v for k, v in sd.items() if k.startswith(inner)}, vision)
@@ -871,9 +873,7 @@ def _swap_per_modality(layer: nn.Module, attr: str, titan: MoE, probe: MoEProbe)
 def mixed_modality_inputs(block: nn.Module, ids: torch.Tensor) -> dict:
     "A modality mask with both modalities in every sequence (its middle half the second), named as HF's block takes it."
     name = list(inspect.signature(type(block).forward).parameters)[2]  # (self, hidden_states, mask)
-    mask_BL = torch.zeros_like(ids)
-    mask_BL[:, ids.shape[1] // 4 : 3 * ids.shape[1] // 4] = 1
-    return {name: mask_BL}
+    return {name: mixed_modality_mask(ids.shape).to(ids.device)}
 
 
 PER_MODALITY = block_prototype(

@@ -48,12 +48,12 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE', 'output_norm_sharding',
            'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts', 'ExpertProjectionsMoE',
            'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'routed_output',
-           'PerModalityMoE', 'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher',
-           'RouterWeightedSharedMoE', 'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts',
-           'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding',
-           'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter',
-           'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe',
-           'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
+           'PerModalityMoE', 'mixed_modality_mask', 'SharedScoringRouter', 'GammaSharedExperts',
+           'WeightDtypeCombineDispatcher', 'RouterWeightedSharedMoE', 'padded_width', 'pad_experts_', 'unpad_experts',
+           'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE',
+           'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE',
+           'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
+           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -821,6 +821,13 @@ class PerModalityMoE(MoE):
             if tokens_BL.any():  # each modality's tokens, in their order, as one sequence
                 out_BLD[tokens_BL] = routed_output(moe, x_BLD[tokens_BL].unsqueeze(0)).squeeze(0)
         return out_BLD if self.shared_experts is None else out_BLD + self.shared_experts(x_BLD)
+
+# %% ../nbs/00e_extensions.ipynb #0789dd8a
+def mixed_modality_mask(shape: tuple[int, int]) -> torch.Tensor:
+    "`(B, L)` modality mask with both modalities in every sequence: its middle half the second (1), the rest the first."
+    mask_BL = torch.zeros(shape, dtype=torch.long)
+    mask_BL[:, shape[1] // 4 : 3 * shape[1] // 4] = 1
+    return mask_BL
 
 # %% ../nbs/00e_extensions.ipynb #5e00956194d34292a53e8294e707621d
 ROUTER_WEIGHTED_SHARED_CORE_CHANGE = (

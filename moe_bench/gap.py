@@ -11,7 +11,7 @@ from .alignment import gap_table, torchtitan_digest
 from .compare import DTYPES, materialize_, memory_shortfall, meta_moe_block
 from .core import phase_record
 from .expression import expression_of
-from .hf import NoMoEError, nested_moe_blocks
+from .hf import NoMoEError
 from .synth import synthetic_config
 from .traces import Trace
 
@@ -33,12 +33,6 @@ def gap_analysis_phase(model: str, seed: int = 0, small: bool = False) -> tuple[
     expression = expression_of(hf_block, probe)
     if expression is None or expression.scope != "block":  # torchtitan's MoEs, and prototypes replacing the block
         return phase_record(model, "gap_analysis", "BLOCKED", issues=probe.issues), {}
-    if nested_moe_blocks(hf_block):  # HF's stages are read off one router and one expert set
-        why = (
-            "the stage traces follow one router and one expert set; a block split by modality has one per modality "
-            "and a mask the block input alone does not carry (its comparison runs in the model, on a mixed mask)"
-        )
-        return phase_record(model, "gap_analysis", "BLOCKED", issues=probe.issues, reason=why), {}
     if too_large := memory_shortfall(hf_block):
         return phase_record(model, "gap_analysis", "UNSUPPORTED", reason=too_large), {}
     materialize_(hf_block, syn, seed)

@@ -17,13 +17,15 @@ from matplotlib.colors import LogNorm
 from torch import nn
 
 from .core import hidden_of
-from .extensions import IdentityTailGroupedExperts
-from .moe_probe import MoEProbe
+from .extensions import IdentityTailGroupedExperts, PerModalityMoE, mixed_modality_mask, routed_output
+from .hf import nested_moe_blocks
+from .moe_probe import MoEProbe, probe_shared_experts
 
 # %% auto #0
 __all__ = ['STAGES', 'STAGE_NOTES', 'FLOOR', 'slot_of_pair', 'rows_to_slots', 'by_slot', 'StageDiff', 'Trace', 'hf_row_pairs',
-           'computing_pairs', 'capture_hf', 'capture_titan', 'trace_moe', 'plot_pipeline', 'plot_output_heatmap',
-           'routing_disagreement', 'plot_routing_disagreement', 'plot_histogram']
+           'computing_pairs', 'capture_hf', 'capture_titan', 'trace_moe', 'modality_tokens', 'run_block', 'RoutedPart',
+           'modality_stage_names', 'capture_hf_by_modality', 'capture_titan_by_modality', 'plot_pipeline',
+           'plot_output_heatmap', 'routing_disagreement', 'plot_routing_disagreement', 'plot_histogram']
 
 # %% ../nbs/03a_traces.ipynb #4304706c
 STAGES = (
@@ -238,6 +240,8 @@ def _down_slot_by_slot(experts: nn.Module, hidden_TP: torch.Tensor, ids_TK: torc
 
 def capture_hf(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dict:
     "HF's stage tensors (rows of per-expert stages at `(T, K, ...)` by slot)."
+    if nested_moe_blocks(hf_block):  # split by modality: each modality block's stages on its own tokens
+        return capture_hf_by_modality(hf_block, probe, x_BLD)
     router, experts = getattr(hf_block, probe.router_attr), getattr(hf_block, probe.experts_attr)
     seen = {"act": []}
     hooks = [
@@ -420,14 +424,90 @@ def trace_moe(
     | None = None,  # HF's stages on this `x_BLD` already captured (they do not change with Titan's patches)
 ) -> Trace:
     "The stage-by-stage trace of HF's block and Titan's `MoE` on `x_BLD`."
-    hf, ti = hf_capture if hf_capture is not None else capture_hf(hf_block, probe, x_BLD), capture_titan(titan, x_BLD)
+    hf = hf_capture if hf_capture is not None else capture_hf(hf_block, probe, x_BLD)
+    if split := nested_moe_blocks(hf_block):  # one router and expert set per modality: their stages by name
+        ti, names = capture_titan_by_modality(titan, x_BLD, split), modality_stage_names(hf_block)
+    else:
+        ti, names = capture_titan(titan, x_BLD), [s for s in STAGES if s != "shared" or probe.shared_experts != "none"]
     stages = []
-    for name in STAGES:
-        if name == "shared" and probe.shared_experts == "none":
-            continue
-        note = STAGE_NOTES.get(name, "") if hf.get(name) is not None else "not observable on the HF side"
+    for name in names:
+        note = (
+            STAGE_NOTES.get(name.rpartition(".")[2], "")
+            if hf.get(name) is not None
+            else "not observable on the HF side"
+        )
         stages.append(StageDiff(name, hf.get(name), ti.get(name), note))
     return Trace(stages)
+
+# %% ../nbs/03a_traces.ipynb #b3fd5ae8
+def modality_tokens(x_BLD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    "Each modality's tokens `(B, L)` (first, second) on the mixed modality mask of `x_BLD`'s shape."
+    mask_BL = mixed_modality_mask(x_BLD.shape[:2]).to(x_BLD.device)
+    return mask_BL == 0, mask_BL == 1
+
+
+def run_block(block: nn.Module, x_BLD: torch.Tensor) -> torch.Tensor:
+    "HF's block's hidden output on `x_BLD`; a block split by modality is called with the mixed modality mask."
+    mask = (mixed_modality_mask(x_BLD.shape[:2]).to(x_BLD.device),) if nested_moe_blocks(block) else ()
+    return hidden_of(block(x_BLD, *mask))
+
+
+class RoutedPart:
+    "One modality's torchtitan MoE as `capture_titan` reads it: its router and routed experts, no shared expert."
+
+    shared_experts = None
+
+    def __init__(self, moe: nn.Module):
+        self.moe, self.router, self.routed_experts = moe, moe.router, moe.routed_experts
+
+    def __call__(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        return routed_output(self.moe, x_BLD)
+
+
+def modality_stage_names(hf_block: nn.Module) -> list[str]:
+    "Each modality block's routed stages under its name, then the shared expert (if any) and the block's output."
+    routed = [s for s in STAGES if s not in ("shared", "output")]
+    shared = ["shared"] if probe_shared_experts(hf_block)["shared_experts"] != "none" else []
+    return [f"{m}.{s}" for m in nested_moe_blocks(hf_block) for s in routed] + shared + ["output"]
+
+
+def _with_shared(module: nn.Module | None, run) -> tuple[torch.Tensor, torch.Tensor | None]:
+    "`run()`'s output and, where `module` (a shared expert) is given, its output in that run."
+    seen = {}
+    hook = None if module is None else module.register_forward_hook(lambda m, a, o: seen.__setitem__("shared", o))
+    try:
+        with torch.no_grad():
+            out = run()
+    finally:
+        if hook is not None:
+            hook.remove()
+    return out, seen.get("shared")
+
+
+def _whole_block_stages(out_BLD: torch.Tensor, shared_BLD: torch.Tensor | None) -> dict:
+    D = out_BLD.shape[-1]
+    return dict(output=out_BLD.reshape(-1, D), shared=None if shared_BLD is None else shared_BLD.reshape(-1, D))
+
+
+def capture_hf_by_modality(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dict:
+    "HF's stages of a block split by modality: each modality block's on its tokens, then the shared expert and output."
+    res = {}
+    for name, tokens_BL in zip(nested_moe_blocks(hf_block), modality_tokens(x_BLD), strict=True):
+        stages = capture_hf(getattr(hf_block, name), probe, x_BLD[tokens_BL].unsqueeze(0))  # as the block hands them
+        res |= {f"{name}.{s}": v for s, v in stages.items() if s not in ("shared", "output")}
+    shared_attr = probe_shared_experts(hf_block).get("shared_attr")
+    shared = None if shared_attr is None else getattr(hf_block, shared_attr)
+    return res | _whole_block_stages(*_with_shared(shared, lambda: run_block(hf_block, x_BLD)))
+
+
+def capture_titan_by_modality(titan: PerModalityMoE, x_BLD: torch.Tensor, names: list[str]) -> dict:
+    "Titan's stages of a `PerModalityMoE` under HF's modality blocks' `names`, as `capture_hf_by_modality` takes HF's."
+    res = {}
+    for name, moe, tokens_BL in zip(names, (titan, titan.modality_moe), modality_tokens(x_BLD), strict=True):
+        stages = capture_titan(RoutedPart(moe), x_BLD[tokens_BL].unsqueeze(0))
+        res |= {f"{name}.{s}": v for s, v in stages.items() if s not in ("shared", "output")}
+    mask_BL = mixed_modality_mask(x_BLD.shape[:2]).to(x_BLD.device)
+    return res | _whole_block_stages(*_with_shared(titan.shared_experts, lambda: titan(x_BLD, mask_BL)))
 
 # %% ../nbs/03a_traces.ipynb #de1c1f84
 FLOOR = 1e-12  # where a zero difference is drawn on a log axis
@@ -465,13 +545,14 @@ def plot_output_heatmap(trace: Trace, ax=None, stage: str = "output"):
 
 
 def routing_disagreement(trace: Trace, num_experts: int) -> torch.Tensor:
-    "`(T, E)`: +1 where only HF chose the expert, -1 where only Titan did, 0 where they agree."
+    "`(T, E)`: +1 where only HF chose the expert, -1 where only Titan did, 0 where they agree (split by modality:"
+    " each modality's tokens in turn)."
 
     def onehot(ids_TK):
         return F.one_hot(ids_TK.long(), num_experts).sum(-2)
 
-    s = trace["topk_ids"]
-    return onehot(s.hf) - onehot(s.titan)
+    stages = [s for s in trace if s.name.rpartition(".")[2] == "topk_ids"]  # one per modality where split
+    return torch.cat([onehot(s.hf) - onehot(s.titan) for s in stages])
 
 
 def plot_routing_disagreement(trace: Trace, num_experts: int, ax=None):

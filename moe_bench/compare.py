@@ -803,6 +803,7 @@ def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
             hf_relative=HF_RELATIVE,
             float32_run="Titan's grouped experts in the input dtype (CPU adaptation), against HF in float64",
             reference="HF's decoder layer one precision up on the layer's own input",
+            judged=f"MoE layer {expression.judged_moe_layer} of the model's {len(blocks)}, on its input in HF's run",
             roundtrip=rt["status"],
             router_gate=f"{probe.router_gate_dtype} on both sides: {probe.router_gate_reason}",
             negative_control=sweep[0]["name"],

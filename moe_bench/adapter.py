@@ -15,9 +15,10 @@ from .hf import decoder_layers, moe_attr_name, moe_block
 from .moe_probe import STACKED_EXPERT_LAYOUTS, MoEProbe, probe_moe_block
 
 # %% auto #0
-__all__ = ['TITAN_ROUTER', 'TITAN_EXPERTS', 'TITAN_EXPERT_BIAS', 'TITAN_SHARED', 'STACKED_LAYOUT_RULES', 'TensorRule', 'rename',
-           'block_rules', 'UnmappedKeysError', 'hf_block_to_titan', 'titan_block_to_hf', 'moe_block_probes',
-           'hf_to_titan', 'titan_to_hf', 'state_dict_diff', 'roundtrip_check']
+__all__ = ['TITAN_ROUTER', 'TITAN_EXPERTS', 'TITAN_EXPERT_BIAS', 'TITAN_SHARED', 'STACKED_LAYOUT_RULES', 'TITAN_ROUTER_MLP',
+           'TITAN_ROUTER_STATE_SCALE', 'TensorRule', 'rename', 'block_rules', 'router_mlp_rules', 'UnmappedKeysError',
+           'hf_block_to_titan', 'titan_block_to_hf', 'moe_block_probes', 'hf_to_titan', 'titan_to_hf',
+           'state_dict_diff', 'roundtrip_check']
 
 # %% ../nbs/00c_adapter.ipynb #ba03ce38
 TITAN_ROUTER = "router.gate"
@@ -107,6 +108,8 @@ def block_rules(probe: MoEProbe) -> list[TensorRule]:
                 lambda ts, shape=shape: [ts[0].reshape(shape)],
             )
         )
+    if probe.router_mlp:  # zaya: its router MLP and carried state's scale, held by the router_mlp prototype
+        rules += router_mlp_rules(probe)
     if probe.shared_experts == "stacked":  # (S, I, H) stacked shared experts, weighted by the router (inkling)
         s = probe.shared_attr
         rules += [
@@ -213,6 +216,21 @@ STACKED_LAYOUT_RULES: dict[str, Callable[[MoEProbe], list[TensorRule]]] = {  # e
     "flat_glu": _flat_glu_rules,
     "stacked_linear": _stacked_linear_rules,
 }
+
+# %% ../nbs/00c_adapter.ipynb #c234c7b032b94e96956c1df1f5fa300d
+TITAN_ROUTER_MLP = "router.mlp"
+TITAN_ROUTER_STATE_SCALE = "state_scale_R"
+
+
+def router_mlp_rules(probe: MoEProbe) -> list[TensorRule]:
+    "The router MLP's tensors (norm, fc1, fc2, out_proj) and the carried state's scale, renamed."
+    m = probe.router_mlp
+    rules = [rename(f"{m}.norm.weight", f"{TITAN_ROUTER_MLP}.norm_R")]
+    linears = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "out_proj.weight")
+    rules += [rename(f"{m}.{k}", f"{TITAN_ROUTER_MLP}.{k}") for k in linears]
+    if probe.router_state_scale:
+        rules.append(rename(probe.router_state_scale, TITAN_ROUTER_STATE_SCALE))
+    return rules
 
 # %% ../nbs/00c_adapter.ipynb #017f18cb
 class UnmappedKeysError(KeyError):

@@ -41,7 +41,7 @@ __all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'IN_M
            'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference',
            'hf_reference', 'compare_moe_block', 'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs',
            'experts_in_input_dtype', 'strict_runs', 'mutation_sweep', 'strict_refs', 'extension_check',
-           'with_extension', 'cast_floats', 'layer_reference', 'layer_with', 'InModelRun', 'hf_in_model',
+           'with_extension', 'cast_floats', 'layer_reference', 'layer_with', 'InModelRun', 'check_ids', 'hf_in_model',
            'compare_in_model', 'in_model_strict', 'in_model_check', 'compare_in_layer']
 
 # %% ../nbs/00h_compare.ipynb #4516c348
@@ -143,13 +143,19 @@ def logit_metrics(ref_BLV: torch.Tensor, out_BLV: torch.Tensor) -> dict:
     )
 
 # %% ../nbs/00h_compare.ipynb #e80134e7
+def _float32_floats(values: tuple | dict) -> tuple | dict:
+    "The floating tensors of `values` (a router's positional or keyword inputs) in float32."
+    cast = lambda a: a.float() if torch.is_tensor(a) and a.is_floating_point() else a  # noqa: E731
+    return {k: cast(v) for k, v in values.items()} if isinstance(values, dict) else tuple(map(cast, values))
+
+
 @contextmanager
 def hf_router_gate_float32(router: nn.Module):
     "Run an HF router's gate in float32 (the spec's one permitted HF-side change); restored on exit."
     dtypes = {n: p.dtype for n, p in router.named_parameters()}
     router.float()
-    handle = router.register_forward_pre_hook(
-        lambda mod, args: tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+    handle = router.register_forward_pre_hook(  # every input: zaya's router takes the carried router state by name
+        lambda mod, args, kwargs: (_float32_floats(args), _float32_floats(kwargs)), with_kwargs=True
     )
     try:
         yield router
@@ -432,6 +438,18 @@ MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = { 
         lambda sd: "router.global_scale" in sd and f"{TITAN_SHARED}.w1_EFD" in sd,
         lambda sd: _map(sd, [f"{TITAN_ROUTER}.weight"], lambda w: _shared_rows_zeroed(w, sd[f"{TITAN_SHARED}.w1_EFD"])),
     ),
+    "router MLP out-projection rows reversed": (  # the router_mlp prototype's own tensors: its classes reordered
+        lambda sd: "router.mlp.out_proj.weight" in sd,
+        lambda sd: _map(sd, ["router.mlp.out_proj.weight"], lambda t: t.flip(0)),
+    ),
+    "router MLP norm weight reset to ones": (
+        lambda sd: "router.mlp.norm_R" in sd,
+        lambda sd: _map(sd, ["router.mlp.norm_R"], torch.ones_like),
+    ),
+    "router state scale reset to ones": (  # the carried router state weighed as if unscaled
+        lambda sd: "state_scale_R" in sd,
+        lambda sd: _map(sd, ["state_scale_R"], torch.ones_like),
+    ),
     "square expert layout transposed": (
         lambda sd: any(sd[k].ndim == 3 and sd[k].shape[1] == sd[k].shape[2] for k in _expert_keys(sd)),
         lambda sd: _map(
@@ -638,9 +656,9 @@ REFERENCE_DTYPE = {torch.bfloat16: torch.float32, torch.float32: torch.float64} 
 
 
 class InModelRun(NamedTuple):
-    "HF's run of the model in one dtype, seen at its first MoE layer: what every Titan variant is judged against."
+    "HF's run of the model in one dtype, seen at the MoE layer judged: what every Titan variant is judged against."
 
-    layer: nn.Module  # HF's first MoE decoder layer, in the run's dtype
+    layer: nn.Module  # HF's MoE decoder layer judged (`Expression.judged_moe_layer`), in the run's dtype
     attr: str  # its MoE attribute
     called: dict  # what the model called it with: `args`, `kwargs`
     hf_out: torch.Tensor  # what HF's layer gave at the expression's `hf_output`
@@ -649,10 +667,15 @@ class InModelRun(NamedTuple):
     num_tokens: int
 
 
+def check_ids(vocab_size: int, seed: int = 0) -> torch.Tensor:
+    "The in-model check's seeded token ids `(2, 64)`."
+    return torch.randint(0, vocab_size, (2, 64), generator=torch.Generator().manual_seed(seed))
+
+
 def hf_in_model(hf_model: nn.Module, expression: Expression, probe: MoEProbe, dtype: torch.dtype, seed: int = 0):
     "HF's model in `dtype` on seeded token ids (its router gate in float32), once: an `InModelRun`."
     hf = in_dtype(hf_model, dtype).eval()  # the model itself in its own dtype: HF's forward only reads its weights
-    layer = decoder_layers(hf)[moe_layer_indices(hf)[0]]
+    layer = decoder_layers(hf)[moe_layer_indices(hf)[expression.judged_moe_layer]]
     attr, seen, called = moe_attr_name(layer), {}, {}
     hooks = [
         expression.hf_output(layer, attr, probe).register_forward_hook(
@@ -663,7 +686,7 @@ def hf_in_model(hf_model: nn.Module, expression: Expression, probe: MoEProbe, dt
             with_kwargs=True,
         ),
     ]
-    ids = torch.randint(0, hf.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(seed))
+    ids = check_ids(hf.config.vocab_size, seed)
     try:
         with torch.no_grad(), hf_routers_gate(moe_block(layer), probe):
             hf(input_ids=ids, **expression.model_inputs(moe_block(layer), ids))
@@ -744,8 +767,11 @@ def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
         config, "cpu"
     ).float()  # a causal LM, or the bare decoder where the family has no LM class for this config
     randomize_(model, seed=seed, std=getattr(config, "initializer_range", 0.02))
-    hf_module = moe_block(decoder_layers(model)[moe_layer_indices(model)[0]])
+    blocks = [moe_block(decoder_layers(model)[i]) for i in moe_layer_indices(model)]
+    hf_module = blocks[expression.judged_moe_layer]
     probe = probe_moe_block(hf_module, config)
+    ids = check_ids(model.config.vocab_size, seed)
+    expression.exercise(blocks, probe, lambda: model(input_ids=ids, **expression.model_inputs(hf_module, ids)))
     rt = expression.roundtrip(hf_module, probe)
     combine = F32_COMBINE if probe.combine_dtype == "float32" else None
     runs = {dtype: hf_in_model(model, expression, probe, dtype, seed) for dtype in (torch.bfloat16, torch.float32)}
@@ -783,6 +809,7 @@ def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
             hf_relative=HF_RELATIVE,
             float32_run="Titan's grouped experts in the input dtype (CPU adaptation), against HF in float64",
             reference="HF's decoder layer one precision up on the layer's own input",
+            judged=f"MoE layer {expression.judged_moe_layer} of the model's {len(blocks)}, on its input in HF's run",
             roundtrip=rt["status"],
             router_gate=f"{probe.router_gate_dtype} on both sides: {probe.router_gate_reason}",
             negative_control=sweep[0]["name"],

@@ -112,16 +112,16 @@ from moe_bench.replacement import (
 # %% auto #0
 __all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NON_GATED', 'OUTPUT_BIAS',
            'TOPK_SOFTMAX_OUTPUT_BIAS', 'ROUTE_NORM_P', 'OUTPUT_NORM', 'EXPERT_PROJECTIONS', 'SCORE_BEFORE_EXPERTS',
-           'IDENTITY_EXPERTS', 'ROUTER_WEIGHTED_SHARED', 'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC',
+           'IDENTITY_EXPERTS', 'ROUTER_WEIGHTED_SHARED', 'ROUTER_MLP', 'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC',
            'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'no_layout_yet',
            'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'softcapped_glu_applies',
            'non_gated_applies', 'non_gated_rules', 'output_bias_attr', 'output_bias_applies', 'with_topk_softmax',
            'with_route_norm_p', 'output_norm_attr', 'output_norm_applies', 'ExpertProjections', 'expert_projections_of',
            'expert_projections_rules', 'expert_projections_applies', 'expert_projections_config',
            'score_before_experts_applies', 'identity_experts_applies', 'router_weighted_shared_applies',
-           'modality_probes', 'per_modality_applies', 'PerModalityBlock', 'mixed_modality_inputs',
-           'padded_experts_applies', 'with_score_func', 'sparsemixer_applies', 'expression_of', 'Expressed',
-           'swap_titan_moe']
+           'router_mlp_applies', 'skip_classes_exercised_', 'modality_probes', 'per_modality_applies',
+           'PerModalityBlock', 'mixed_modality_inputs', 'padded_experts_applies', 'with_score_func',
+           'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +148,11 @@ class Expression:
     model_inputs: Callable[[nn.Module, torch.Tensor], dict] = (  # (HF block, token ids): what else the model takes
         lambda block, ids: {}  # beside the ids in the in-model comparison (a modality mask); nothing for most
     )
+    judged_moe_layer: int = 0  # which MoE layer the in-model check judges: the first, unless what the prototype
+    # holds only shows past it (zaya's router reads the previous layer's router state from the second on)
+    exercise: Callable[[list[nn.Module], MoEProbe, Callable[[], object]], None] = (  # (HF blocks in order, probe, a
+        lambda blocks, probe, run: None  # run through them): values a random init leaves unexercised, set from the
+    )  # run before any comparison (zaya's skip class, which random weights hardly ever choose)
 
     @property
     def in_torchtitan(self) -> bool:
@@ -781,6 +786,99 @@ ROUTER_WEIGHTED_SHARED = block_prototype(
     config=lambda probe: titan_moe_config(_as_routed_only(probe)),
 )
 
+# %% ../nbs/00f_expression.ipynb #8889335c38734c4bbfa234fa55d474ca
+from moe_bench.extensions import (
+    ROUTER_MLP_CORE_CHANGE,
+    ROUTER_STATE_CORE_CHANGE,
+    SKIP_CLASS_CORE_CHANGE,
+    MLPRouter,
+    RouterMLP,
+    RouterStateBlock,
+    RouterStateMoE,
+    router_mlp_form,
+)
+
+
+def router_mlp_applies(block: nn.Module, probe: MoEProbe) -> bool:
+    "The core `MoE` holds the block but for its router MLP (of `RouterMLP`'s form), skip classes and carried state."
+    if not (probe.level == "block" and probe.router_mlp and probe.score_func == "softmax"):
+        return False
+    if (
+        probe.route_norm
+        or probe.route_scale != 1.0
+        or probe.num_expert_groups
+        or router_mlp_form(block.get_submodule(probe.router_mlp)) is None
+    ):
+        return False
+    as_core = dataclasses.replace(
+        probe, router_mlp=None, num_router_classes=None, router_state=None, router_state_scale=None, issues=[]
+    )
+    return probe.issues == titan_blockers(probe) and not titan_blockers(as_core)
+
+
+def _build_router_mlp(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    mlp = block.get_submodule(probe.router_mlp)
+    down = block.get_submodule(probe.router_weight.rpartition(".")[0])  # the gate: the MLP's width from the token's
+    form = router_mlp_form(mlp)  # found by running the norm: not on meta
+    with torch.device("meta"):
+        titan = titan_moe_config(probe, check=False).build()
+        titan.router.gate.weight = nn.Parameter(torch.empty_like(down.weight))
+        titan.router.gate.bias = nn.Parameter(torch.empty_like(down.bias))
+        titan.router.mlp = RouterMLP(mlp.fc1.in_features, probe.num_router_classes, *form)
+        titan.expert_bias_E = torch.empty(probe.num_router_classes)  # one entry per class: the skip class too
+        scale = block.get_parameter(probe.router_state_scale) if probe.router_state_scale else None
+        titan.state_scale_R = None if scale is None else nn.Parameter(torch.empty_like(scale))
+    titan.router.__class__, titan.__class__ = MLPRouter, RouterStateMoE
+    gate_float32 = gate_float32 and probe.router_gate_dtype == "float32"
+    return load_titan_state_(
+        titan, hf_block_to_titan(block.state_dict(), probe), probe.num_experts, gate_float32, share
+    )
+
+
+def skip_classes_exercised_(
+    blocks: list[nn.Module],  # HF blocks in the order `run` reaches them
+    probe: MoEProbe,
+    run: Callable[[], object],  # a forward through them: the model on the check's ids, or the block on its input
+    share: float = 0.25,
+) -> None:
+    "Each block's skip classes' selection bias set, block by block, so a skip class wins for `share` of `run`'s tokens."
+    E = probe.num_experts
+    seen = {}
+    for block in blocks:
+        hook = block.get_submodule(probe.router_mlp).register_forward_hook(lambda m, a, o: seen.__setitem__("o", o))
+        try:
+            with torch.no_grad():
+                run()
+        finally:
+            hook.remove()
+        bias_C = block.get_buffer(probe.score_bias)
+        probs_TC = torch.softmax(seen["o"].float(), dim=-1).reshape(-1, bias_C.shape[0])
+        # a skip class wins where its bias exceeds this margin: the best expert's biased score over its probability
+        margin_T = ((probs_TC[:, :E] + bias_C[:E].float()).amax(-1) - probs_TC[:, E:].amax(-1)).sort().values
+        k = int(share * len(margin_T))
+        with torch.no_grad():  # midway between two tokens' margins: no tie
+            bias_C[E:] = (margin_T[k - 1] + margin_T[k]) / 2
+
+
+def _swap_router_state(layer: nn.Module, attr: str, titan: MoE, probe: MoEProbe) -> None:
+    titan.__class__ = RouterStateBlock  # called with HF's carried state, returning the next layer's
+    setattr(layer, attr, titan)
+
+
+ROUTER_MLP = block_prototype(
+    name="router_mlp",
+    core_changes=(ROUTER_MLP_CORE_CHANGE, SKIP_CLASS_CORE_CHANGE, ROUTER_STATE_CORE_CHANGE),
+    applies=router_mlp_applies,
+    build=_build_router_mlp,
+    swap=_swap_router_state,
+    judged_moe_layer=1,
+    exercise=skip_classes_exercised_,
+    sharding=no_layout_yet(
+        "router_mlp: the router MLP, the skip class's bias entry and the carried router state have no TP or EP "
+        "layout yet (set_moe_sharding_config knows a linear gate over the experts)"
+    ),
+)
+
 # %% ../nbs/00f_expression.ipynb #766de8f1
 def modality_probes(block: nn.Module, probe: MoEProbe) -> tuple[MoEProbe, MoEProbe]:
     "Probes of the first modality's MoE (with the block's shared expert) and of the second's (its own expert width)."
@@ -1018,6 +1116,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     ROUTE_NORM_P,
     IDENTITY_EXPERTS,
     ROUTER_WEIGHTED_SHARED,
+    ROUTER_MLP,
     PER_MODALITY,
     PADDED_EXPERTS,
     SCORE_FUNC,

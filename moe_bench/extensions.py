@@ -38,7 +38,8 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'SOFTCAPPED_GLU_CORE_CHANGE', 'OUTPUT_NORM_CORE_CHANGE',
            'NORM_FORMS', 'EXPERT_PROJECTIONS_CORE_CHANGE', 'LOGIT_MULTIPLIER_CORE_CHANGE',
            'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'PER_MODALITY_CORE_CHANGE',
-           'ROUTER_WEIGHTED_SHARED_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
+           'ROUTER_WEIGHTED_SHARED_CORE_CHANGE', 'ROUTER_MLP_CORE_CHANGE', 'SKIP_CLASS_CORE_CHANGE',
+           'ROUTER_STATE_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
            'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE', 'ROUTE_NORM_P_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES',
            'Float32CombineDispatcher', 'Extension', 'float32_combine_', 'applicable_extensions',
            'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
@@ -49,7 +50,8 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts', 'ExpertProjectionsMoE',
            'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'routed_output',
            'PerModalityMoE', 'mixed_modality_mask', 'SharedScoringRouter', 'GammaSharedExperts',
-           'WeightDtypeCombineDispatcher', 'RouterWeightedSharedMoE', 'padded_width', 'pad_experts_', 'unpad_experts',
+           'WeightDtypeCombineDispatcher', 'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter',
+           'RouterStateMoE', 'RouterStateBlock', 'padded_width', 'pad_experts_', 'unpad_experts',
            'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE',
            'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE',
            'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
@@ -894,6 +896,104 @@ class RouterWeightedSharedMoE(MoE):
         routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
         out_BLD = self.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, routing_map_BLE.sum(dim=(0, 1)))
         return out_BLD + self.shared_experts(x_BLD, shared_weights_BLS)
+
+# %% ../nbs/00e_extensions.ipynb #38e12754b4404b12be9f0166a5d458f6
+ROUTER_MLP_CORE_CHANGE = (
+    "router_mlp: a TokenChoiceTopKRouter whose logits come from an MLP (RMSNorm, fc1 + GELU, fc2 + GELU, an "
+    "out-projection) over its gate's down-projection of the token, not from the gate itself (ZAYA)"
+)
+SKIP_CLASS_CORE_CHANGE = (
+    "skip_class: router classes beyond the experts, chosen as they are (expert_bias over every class) and routing "
+    "the token to no expert: expert 0 with weight 0, as HF hands it over (ZAYA)"
+)
+ROUTER_STATE_CORE_CHANGE = (
+    "router_state_carry: an MoE taking the previous MoE layer's router state, adding it scaled per channel to its "
+    "router's down-projection, and returning the sum for the next layer (ZAYA's EDA; the decoder threads it)"
+)
+
+
+def router_mlp_form(mlp: nn.Module) -> tuple[str, float] | None:
+    "(norm form, eps) of an HF router MLP of `norm`, `fc1`, `fc2` (biased), `out_proj` and an exact GELU; else None."
+    parts = dict(mlp.named_children())
+    if set(parts) != {"norm", "fc1", "fc2", "out_proj", "act_fn"}:
+        return None
+    fc1, fc2, out, act = parts["fc1"], parts["fc2"], parts["out_proj"], parts["act_fn"]
+    if not all(isinstance(m, nn.Linear) for m in (fc1, fc2, out)) or out.bias is not None:
+        return None
+    if fc1.bias is None or fc2.bias is None or not (isinstance(act, nn.GELU) and act.approximate == "none"):
+        return None
+    return norm_form_of(parts["norm"])
+
+
+class RouterMLP(nn.Module):
+    "Prototype of router_mlp: (B, L, C) logits from the router state, its weights in the state's dtype."
+
+    def __init__(self, dim: int, num_classes: int, norm_form: str, eps: float):
+        super().__init__()
+        self.norm_R = nn.Parameter(torch.ones(dim))
+        self.fc1, self.fc2 = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.out_proj = nn.Linear(dim, num_classes, bias=False)
+        self.norm_form, self.norm_eps = norm_form, eps
+
+    def forward(self, state_BLR: torch.Tensor) -> torch.Tensor:
+        dt = state_BLR.dtype  # float32 where the router gate runs in float32
+
+        def fc(lin: nn.Linear, h: torch.Tensor) -> torch.Tensor:
+            return F.linear(h, lin.weight.to(dt), None if lin.bias is None else lin.bias.to(dt))
+
+        h_BLR = NORM_FORMS[self.norm_form](state_BLR, self.norm_R.to(dt), self.norm_eps)
+        h_BLR = F.gelu(fc(self.fc2, F.gelu(fc(self.fc1, h_BLR))))
+        return fc(self.out_proj, h_BLR)
+
+
+class MLPRouter(TokenChoiceTopKRouter):
+    "Prototype of router_mlp and skip_class: the top-k of the MLP's classes, a chosen skip class expert 0 weighted 0."
+
+    mlp: RouterMLP  # set on the instance by the expression that builds it
+
+    def forward(self, state_BLR: torch.Tensor, expert_bias_C: torch.Tensor | None = None):
+        "(top-k weights, their expert ids, scores of the E experts) from the router state (`RouterStateMoE.state`)."
+        scores_BLC = F.softmax(self.mlp(state_BLR), dim=-1)  # C = E experts, then the skip classes
+        choice_BLC = scores_BLC.float() if expert_bias_C is None else scores_BLC.float() + expert_bias_C
+        _, topk_ids_BLK = titan_moe.torch.topk(choice_BLC, k=self.top_k, dim=-1, sorted=False)
+        topk_scores_BLK = scores_BLC.gather(dim=-1, index=topk_ids_BLK)  # no renormalisation, no scale
+        skip_BLK = topk_ids_BLK >= self.num_experts  # the one change: routed nowhere
+        return (
+            topk_scores_BLK.masked_fill(skip_BLK, 0),
+            topk_ids_BLK.masked_fill(skip_BLK, 0),
+            scores_BLC[..., : self.num_experts],
+        )
+
+
+class RouterStateMoE(MoE):
+    "Prototype of router_state_carry: torchtitan's `MoE` routing on its gate's output plus the carried router state."
+
+    state_scale_R: nn.Parameter | None  # the carried state's per-channel scale; None at the first MoE layer
+
+    def state(self, x_BLD: torch.Tensor, carried_BLR: torch.Tensor | None = None) -> torch.Tensor:
+        "The router state: the gate's down-projection of the token, plus the carried state scaled per channel."
+        state_BLR = self.router.gate(x_BLD)
+        if carried_BLR is None or self.state_scale_R is None:
+            return state_BLR
+        return state_BLR + carried_BLR.to(state_BLR.dtype) * self.state_scale_R.to(state_BLR.dtype)
+
+    def routed(self, x_BLD: torch.Tensor, carried_BLR: torch.Tensor | None = None):
+        "(output, router state for the next MoE layer)."
+        state_BLR = self.state(x_BLD, carried_BLR)
+        topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = self.router(state_BLR, self.expert_bias_E)
+        routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
+        out_BLD = self.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, routing_map_BLE.sum(dim=(0, 1)))
+        return out_BLD, state_BLR
+
+    def forward(self, x_BLD: torch.Tensor, carried_BLR: torch.Tensor | None = None) -> torch.Tensor:
+        return self.routed(x_BLD, carried_BLR)[0]
+
+
+class RouterStateBlock(RouterStateMoE):
+    "A `RouterStateMoE` in HF's block's place: called with the hidden states and the carried state, returning both."
+
+    def forward(self, x_BLD: torch.Tensor, carried_BLR: torch.Tensor | None = None):
+        return self.routed(x_BLD.contiguous(), carried_BLR)
 
 # %% ../nbs/00e_extensions.ipynb #b118ea5561624da68c537baed56e602f
 PADDED_EXPERTS_CORE_CHANGE = (

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from .alignment import gap_table, torchtitan_digest
-from .compare import DTYPES, materialize_, memory_shortfall, meta_moe_block
+from .compare import DTYPES, materialize_, memory_shortfall, meta_moe_block, moe_input
 from .core import phase_record
 from .expression import expression_of
 from .hf import NoMoEError
@@ -36,6 +38,7 @@ def gap_analysis_phase(model: str, seed: int = 0, small: bool = False) -> tuple[
     if too_large := memory_shortfall(hf_block):
         return phase_record(model, "gap_analysis", "UNSUPPORTED", reason=too_large), {}
     materialize_(hf_block, syn, seed)
+    expression.exercise([hf_block], probe, lambda: hf_block(moe_input(probe.hidden_size, torch.float32, seed)))
     start, digest_before = time.perf_counter(), torchtitan_digest()
     tables, traces, figures = {}, {}, {}
     for dtype in DTYPES:

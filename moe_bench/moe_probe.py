@@ -21,11 +21,12 @@ from .hf import nested_moe_blocks, router_name
 
 # %% auto #0
 __all__ = ['SCORE_LOGITS', 'ROUTE_NORM_KINDS', 'SCORED_INPUT_GATE', 'STACKED_SHARED_GATE', 'STACKED_EXPERT_LAYOUTS',
-           'SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'SCORE_BIAS_NAMES', 'ROUTE_SCALE_NAMES', 'TITAN_SCORE_FUNCS',
-           'TITAN_ACTIVATIONS', 'GROUPED_MM_ALIGN', 'BLOCKERS', 'MoEProbe', 'score_fn_outputs', 'resolve_score_func',
-           'resolve_route_norm', 'resolve_route_norm_p', 'resolve_route_norm_eps', 'resolve_score_bias_on',
-           'resolve_returns', 'resolve_router_gate', 'resolve_experts_dtypes', 'resolve_gate', 'probe_experts',
-           'probe_stacked_experts', 'probe_shared_experts', 'resolve_route_scale', 'router_weight_key', 'Blocker',
+           'SHARED_EXPERT_NAMES', 'SHARED_GATE_NAMES', 'SCORE_BIAS_NAMES', 'ROUTE_SCALE_NAMES', 'ROUTER_MLP_NAMES',
+           'ROUTER_STATE_ARGS', 'ROUTER_STATE_SCALE_NAMES', 'TITAN_SCORE_FUNCS', 'TITAN_ACTIVATIONS',
+           'GROUPED_MM_ALIGN', 'BLOCKERS', 'MoEProbe', 'score_fn_outputs', 'resolve_score_func', 'resolve_route_norm',
+           'resolve_route_norm_p', 'resolve_route_norm_eps', 'resolve_score_bias_on', 'resolve_returns',
+           'resolve_router_gate', 'resolve_experts_dtypes', 'resolve_gate', 'probe_experts', 'probe_stacked_experts',
+           'probe_shared_experts', 'resolve_route_scale', 'router_weight_key', 'probe_router_mlp', 'Blocker',
            'titan_blockers', 'probe_moe_block', 'layer_level_blockers', 'unclaimed_tensors', 'attention_kind']
 
 # %% ../nbs/00b_moe_probe.ipynb #46e04695
@@ -49,6 +50,10 @@ class MoEProbe:
     topk_sorted: bool = True  # HF's top-k hands its experts sorted by score (False: its code passes sorted=False)
     num_expert_groups: int | None = None
     num_limited_groups: int | None = None
+    router_mlp: str | None = None  # key of the router's MLP, where its logits come from one over its gate's output
+    num_router_classes: int | None = None  # the classes that MLP scores: the experts, then skip classes (zaya)
+    router_state: str | None = None  # the block forward's argument carrying the previous MoE layer's router state
+    router_state_scale: str | None = None  # key of the per-channel scale on that state (none at the first layer)
     router_attr: str = "gate"  # block attribute holding the router
     router_weight: str = "gate.weight"  # its weight's key inside the block
     router_bias: str | None = None  # its bias's key, if any
@@ -502,7 +507,7 @@ def _find_tensor(module: nn.Module, name: str) -> str | None:
     return next((k for k in keys if k.rsplit(".", 1)[-1] == name), None)
 
 
-SCORE_BIAS_NAMES = ("e_score_correction_bias", "expert_bias")
+SCORE_BIAS_NAMES = ("e_score_correction_bias", "expert_bias", "balancing_biases")
 ROUTE_SCALE_NAMES = ("routed_scaling_factor", "route_scale", "router_scaling_factor")
 
 
@@ -529,6 +534,28 @@ def router_weight_key(router: nn.Module, r_attr: str, hidden: int) -> tuple[str,
             prefix = f"{r_attr}.{name.rpartition('.')[0]}." if "." in name else f"{r_attr}."
             return f"{r_attr}.{name}", (prefix + "bias") if isinstance(bias, torch.Tensor) else None, p.shape[0]
     raise ValueError(f"router {r_attr} ({type(router).__name__}) has no (E, {hidden}) weight")
+
+# %% ../nbs/00b_moe_probe.ipynb #09f811284e184259b93cd7becf9564b7
+ROUTER_MLP_NAMES = ("router_mlp",)
+ROUTER_STATE_ARGS = ("prev_router_hidden_states",)
+ROUTER_STATE_SCALE_NAMES = ("router_states_scale",)
+
+
+def probe_router_mlp(block: nn.Module, r_attr: str) -> dict:
+    "`router_mlp`, `num_router_classes`, `router_state` and `router_state_scale` of a router with an MLP; {} for others."
+    router = getattr(block, r_attr)
+    name = next((n for n in ROUTER_MLP_NAMES if isinstance(getattr(router, n, None), nn.Module)), None)
+    if name is None:
+        return {}
+    linears = [m for m in getattr(router, name).modules() if isinstance(m, nn.Linear)]
+    args = list(inspect.signature(type(block).forward).parameters)[2:]  # (self, hidden_states, ...)
+    scale = next((n for n in ROUTER_STATE_SCALE_NAMES if isinstance(getattr(router, n, None), torch.Tensor)), None)
+    return dict(
+        router_mlp=f"{r_attr}.{name}",
+        num_router_classes=linears[-1].out_features,
+        router_state=next((a for a in args if a in ROUTER_STATE_ARGS), None),
+        router_state_scale=f"{r_attr}.{scale}" if scale else None,
+    )
 
 # %% ../nbs/00b_moe_probe.ipynb #1c5e4953
 TITAN_SCORE_FUNCS = ("softmax", "sigmoid")
@@ -628,6 +655,28 @@ BLOCKERS: tuple[Blocker, ...] = (
             "TokenChoiceTopKRouter adds expert_bias only after the score function; it needs an option to add it to the gate logits"
         ),
     ),
+    Blocker(
+        lambda p: p.router_mlp is not None,
+        lambda p: (
+            f"router logits from an MLP ({p.router_mlp}) over its gate's down-projection: TokenChoiceTopKRouter's "
+            "gate is one linear layer; it needs a router MLP"
+        ),
+    ),
+    Blocker(
+        lambda p: (p.num_router_classes or p.num_experts) > p.num_experts,
+        lambda p: (
+            f"the router chooses among {p.num_router_classes} classes, {p.num_router_classes - p.num_experts} beyond "
+            f"the {p.num_experts} experts, routing a token to no expert: TokenChoiceTopKRouter chooses experts only; "
+            "it needs skip classes"
+        ),
+    ),
+    Blocker(
+        lambda p: p.router_state is not None,
+        lambda p: (
+            f"the block takes the previous MoE layer's router state ({p.router_state}) and returns its own: MoE "
+            "takes the hidden states alone; it needs the router state carried between layers"
+        ),
+    ),
 )
 
 
@@ -655,6 +704,9 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
     hidden = _cfg(config, "hidden_size")
     experts = probe_experts(getattr(block, "experts", None), hidden)
     weight_key, bias_key, num_experts = router_weight_key(router, r_attr, hidden)
+    router_mlp = probe_router_mlp(block, r_attr)
+    if router_mlp:  # the gate's rows are the MLP's width: the experts say how many there are
+        num_experts = experts["num_experts"]
     if experts["experts_format"] == "unknown":  # expert tensors under other names (dbrx, jetmoe)
         experts = probe_stacked_experts(block, num_experts) or experts
     top_k = _first(
@@ -702,6 +754,7 @@ def probe_moe_block(block: nn.Module, config: PretrainedConfig) -> MoEProbe:
         **probe_shared_experts(block),
         returns=resolve_returns(block),
         **resolve_router_gate(experts, probe_shared_experts(block)),
+        **router_mlp,
     )
     if experts["experts_format"] != "fused":
         probe.issues += titan_blockers(probe)
@@ -758,7 +811,8 @@ def unclaimed_tensors(block: nn.Module, probe: MoEProbe) -> list[str]:
         else set()
     )
     claimed |= set(STACKED_EXPERT_LAYOUTS.get(probe.expert_layout, {}).get("tensors", {}).values())
-    prefixes = tuple(f"{a}." for a in (probe.shared_attr, probe.shared_gate_attr) if a)
+    claimed.add(probe.router_state_scale)  # the router MLP's, with its prefix below: `BLOCKERS` name them
+    prefixes = tuple(f"{a}." for a in (probe.shared_attr, probe.shared_gate_attr, probe.router_mlp) if a)
     return sorted(k for k in block.state_dict() if k not in claimed and not k.startswith(prefixes))
 
 # %% ../nbs/00b_moe_probe.ipynb #c6651fbd

@@ -217,18 +217,22 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
     return out
 
 
-def synthetic_config(model: str, small: bool = False) -> tuple[PretrainedConfig, dict, PretrainedConfig]:
+def synthetic_config(
+    model: str,
+    small: bool = False,
+    moe_layers: int = 1,  # MoE layers it holds (zaya's router state reaches a block from the second on)
+) -> tuple[PretrainedConfig, dict, PretrainedConfig]:
     "The test config of `model` (`small`: tiny widths for quick coverage runs), its overrides, and the real config."
     real, _ = real_config(model)
     probe_layers = min(real.num_hidden_layers, 4)
     meta = meta_model(config_with(real, synthetic_overrides(real, probe_layers, small)))
-    moe_layers = moe_layer_indices(meta)
-    if not moe_layers:
+    found = moe_layer_indices(meta)
+    if not found:
         raise NoMoEError(f"{real.model_type}: no MoE layer within {probe_layers} layers after the Phase 2 rules")
     per_layer = max(
         1, probe_layers // len(decoder_layers(meta))
     )  # longcat_flash counts two sublayers per decoder layer
-    overrides = synthetic_overrides(real, (moe_layers[0] + 1) * per_layer, small)
+    overrides = synthetic_overrides(real, (found[moe_layers - 1] + 1) * per_layer, small)
     syn = config_with(real, overrides)
     width = getattr(syn, "moe_intermediate_size", None)
     if isinstance(width, int) and width % 8 and getattr(syn, "_experts_implementation", None) in (None, "grouped_mm"):

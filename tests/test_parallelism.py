@@ -50,5 +50,5 @@ def test_layer_level_moe_runs_with_its_prototype(records):
 
 
 def test_blocked_model_is_recorded_without_a_launch():
-    rec = parallelism_phase("zaya", probe_model("zaya"))
+    rec = parallelism_phase("deepseek_v4", probe_model("deepseek_v4"))  # no prototype holds its production blocks
     assert rec["status"] == "BLOCKED" and "phase 1 did not pass" in rec["reason"]

@@ -48,10 +48,11 @@ from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
-           'FUSED_QKV', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS',
-           'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
-           'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'register_local_map_attention',
-           'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel', 'apply_fsdp']
+           'FUSED_QKV', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS',
+           'CONV_SECTIONS', 'HEAD_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry',
+           'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'parallel_style',
+           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel',
+           'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -138,7 +139,8 @@ class PlanError(ValueError):
 
 # %% ../nbs/04b_sharding.ipynb #f2200c8b
 GQA = ("q_proj", "k_proj", "v_proj", "o_proj")
-MLA_A = ("q_a_proj", "q_a_layernorm", "kv_a_proj_with_mqa", "kv_a_layernorm")
+# dots3_note's k_rope_only_layernorm normalises the rope key k_rot, shared by every head like the "a" latents
+MLA_A = ("q_a_proj", "q_a_layernorm", "kv_a_proj_with_mqa", "kv_a_layernorm", "k_rope_only_layernorm")
 MLA_B = ("q_b_proj", "q_proj", "kv_b_proj")
 OUT_PROJ = ("o_proj", "out_proj")  # lfm2_moe: out_proj
 HEAD_COUNTS = ("num_heads", "num_key_value_heads")  # attention attributes that become the rank's own under TP
@@ -147,6 +149,10 @@ FUSED_MLPS = (("input_linear", "output_linear"),)  # ([gate; up] in one Linear, 
 # one Linear for [q; k; v] -> the widths (beside HEAD_COUNTS) its owner's forward splits it by: dbrx's Wqkv, q's width
 # read as `self.hidden_size`
 FUSED_QKV = {"Wqkv": ("hidden_size",)}
+# lightning attention (minimax): per-head [q; k; v] in one Linear, a sigmoid output gate, a norm over every head, and
+# per-head decay buffers (the rank's heads' rows)
+LIGHTNING = ("qkv_proj", "out_proj", "output_gate", "norm")
+LIGHTNING_DECAYS = ("slope_rate", "query_decay", "key_decay", "diagonal_decay")
 GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
 QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
 # what a linear-attention forward reads of its heads (qwen3_next's gated deltanet, kimi_linear's delta attention):
@@ -191,11 +197,19 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
         ]
         out += [Entry(f"{name}.{n}", S("replicate", mode="dtensor")) for n in MLA_A if n in kids]
         out += [Entry(f"{name}.{n}", S("colwise", local=False)) for n in MLA_B if n in kids]
+        heads = _num_heads(attn)
+        out += [  # output gates, head-major (dots3_note's g_proj: one per head; axk2's q_gate_proj: [q; gate] per head)
+            Entry(f"{name}.{n}", S("colwise", local=False))
+            for n in GATES
+            if n in kids and getattr(attn, n).out_features % heads == 0
+        ]
         return out, "local_map"
     o_proj = next((n for n in OUT_PROJ if n in kids), None)
     fused = next((n for n in FUSED_QKV if n in kids), None)
     if fused and o_proj and not list(attn.parameters(recurse=False)):  # [q; k; v] in one Linear: each section on heads
         return _fused_qkv_entries(name, attn, fused, o_proj), "local"
+    if set(LIGHTNING) <= kids:
+        return _lightning_entries(name, attn), "local"
     # no v_proj: the values are the keys (diffusion_gemma's full-attention layers), sharded with them
     if set(GQA[:2]) <= kids and o_proj:
         heads = _num_heads(attn)
@@ -466,6 +480,28 @@ def _layer_children(layer: nn.Module):
         else:
             yield n, child
 
+# %% ../nbs/04b_sharding.ipynb #0f91bb0f
+def _lightning_entries(name: str, attn: nn.Module) -> list:
+    "Entries of a lightning attention (`LIGHTNING`): per-head projections and decays, the norm over every head gathered."
+    src = inspect.getsource(type(attn).forward)
+    counts = tuple(a for a in ("num_attention_heads", *HEAD_COUNTS) if f"self.{a}" in src and hasattr(attn, a))
+    heads = _num_heads(attn)
+    own = [n for n, b in attn.named_buffers(recurse=False) if b is not None]
+    outside = [n for n in own if n not in LIGHTNING_DECAYS or heads not in getattr(attn, n).shape]
+    qkv, gate = attn.qkv_proj.out_features, attn.output_gate.out_features
+    return [
+        Entry(
+            name,
+            S("head_sharded", kwarg="hidden_states", local_counts=counts, buffers=tuple(own))
+            if not outside and not list(attn.parameters(recurse=False)) and qkv % heads == 0 and gate % heads == 0
+            else S("unshardable", reason=f"lightning attention state {outside} is not one row per head"),
+        ),
+        Entry(f"{name}.qkv_proj", S("colwise", local=True)),
+        Entry(f"{name}.output_gate", S("colwise", local=True)),
+        Entry(f"{name}.norm", S("gathered_norm")),
+        Entry(f"{name}.out_proj", S("rowwise_sp")),
+    ]
+
 # %% ../nbs/04b_sharding.ipynb #4acda56a
 HF_KIND_AGREES = {
     "colwise": {"colwise"},
@@ -575,10 +611,15 @@ class _HeadShardedState:
     each one's local shard, its gradient going back as that shard: torchtitan's gpt-oss sinks
     (`sinks.to_local(grad_placements=sinks.placements)`), for an HF module that reads the attribute itself."""
 
-    def __init__(self, gather: ParallelStyle | None):
-        self.gather = gather
+    def __init__(self, gather: ParallelStyle | None, buffers: tuple[str, ...] = ()):
+        self.gather, self.buffers = gather, buffers
 
     def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
+        for n in self.buffers:  # constants one row per head (minimax's decays): the rank's heads, plain tensors
+            b = getattr(module, n)
+            heads = next(i for i, s in enumerate(b.shape) if s != 1)
+            local = b.tensor_split(mesh.size(), heads)[mesh.get_local_rank()].clone()
+            module.register_buffer(n, local, persistent=n not in module._non_persistent_buffers_set)
         names = [n for n, _ in module.named_parameters(recurse=False)]
         for n in names:
             p = module._parameters[n]
@@ -676,7 +717,9 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
     ),
     "lm_head": lambda spec: ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True),
     "gathered_norm": lambda spec: NoParallel(input_layout=Shard(2), output_layout=Shard(2), use_local_output=True),
-    "head_sharded": lambda spec: _HeadShardedState(_gather_input(spec) if spec.opt("kwarg") else None),
+    "head_sharded": lambda spec: _HeadShardedState(
+        _gather_input(spec) if spec.opt("kwarg") else None, spec.opt("buffers", ())
+    ),
     "blockwise": lambda spec: _LocalRowsState(spec.opt("sections")),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),

@@ -48,9 +48,9 @@ from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
-           'FUSED_QKV', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS',
-           'CONV_SECTIONS', 'HEAD_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry',
-           'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'parallel_style',
+           'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS',
+           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S',
+           'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'parallel_style',
            'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel',
            'apply_fsdp']
 
@@ -149,6 +149,9 @@ FUSED_MLPS = (("input_linear", "output_linear"),)  # ([gate; up] in one Linear, 
 # one Linear for [q; k; v] -> the widths (beside HEAD_COUNTS) its owner's forward splits it by: dbrx's Wqkv, q's width
 # read as `self.hidden_size`
 FUSED_QKV = {"Wqkv": ("hidden_size",)}
+# a per-channel vector a layer applies token by token beside its norms: muse_spark's residual gate (alpha * residual +
+# beta * hidden, both from `gate`), whose inputs are both on the sequence-parallel stream
+PER_CHANNEL = ("gate",)
 # lightning attention (minimax): per-head [q; k; v] in one Linear, a sigmoid output gate, a norm over every head, and
 # per-head decay buffers (the rank's heads' rows)
 LIGHTNING = ("qkv_proj", "out_proj", "output_gate", "norm")
@@ -165,11 +168,12 @@ HEAD_WIDTHS = ("head_v_dim", "head_k_dim", "head_dim")  # a norm this wide runs 
 
 
 def _is_norm(module: nn.Module, hidden: int) -> bool:
-    "A module whose only state is one weight (and maybe a bias) of the hidden size."
+    """A module whose only state is one weight (and maybe a bias) of the hidden size, or a per-channel gate of it
+    (`PER_CHANNEL`): applied token by token, it takes a norm's sequence-parallel layout."""
     state = dict(module.named_parameters())
     return (
         bool(state)
-        and set(state) <= {"weight", "bias"}
+        and (set(state) <= {"weight", "bias"} or set(state) <= set(PER_CHANNEL))
         and all(p.ndim == 1 and p.numel() == hidden for p in state.values())
     )
 

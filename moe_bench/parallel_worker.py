@@ -283,7 +283,12 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
 # %% ../nbs/04c_worker.ipynb #305e6691
 def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan, bool, str]]:
     "(label, wrong plan, role rules on, what must catch it) for the model's plan."
-    norms = [e.pattern.rsplit(".", 1)[-1] for e in plan.entries if e.spec.kind == "norm_sp" and ".layers." in e.pattern]
+    # the norms inside a decoder layer (an indexed name: model.layers.0, dbrx's transformer.blocks.0), not the final one
+    norms = [
+        e.pattern.rsplit(".", 1)[-1]
+        for e in plan.entries
+        if e.spec.kind == "norm_sp" and any(p.isdigit() for p in e.pattern.split("."))
+    ]
     # cohere2 and other parallel blocks have one norm per layer: the control removes that one
     norm = "post_attention_layernorm" if "post_attention_layernorm" in norms else norms[0]
     what = "post-attention norms" if norm == "post_attention_layernorm" else f"every {norm}"

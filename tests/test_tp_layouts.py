@@ -3,8 +3,9 @@ gradient, both steps), and the wrong layout of each caught: `gathered_norm` (olm
 projection), `head_sharded` (openai_privacy_filter's attention sinks), output gates column-wise on the heads
 (laguna's `g_proj`), and the linear-attention mixers: qwen3_next's gated deltanet (its depthwise conv over cat(q, k, v)
 `blockwise`, its per-head gated norm `replicate(mode=local_rows)`), bailing_hybrid's conv `blockwise` at TP 4 (its
-heads allow it; qwen3_next's two key heads stop at TP 2) and kimi_linear's forget gate `head_sharded` (its A_log on
-dim 2, its low-rank projection replicated). One torchrun launch per world size, the TP configuration alone, on the
+heads allow it; qwen3_next's two key heads stop at TP 2) kimi_linear's forget gate `head_sharded` (its A_log on
+dim 2, its low-rank projection replicated), minimax's lightning attention `head_sharded` with its decay buffers (the
+rank's heads' rows) and dbrx's fused [q; k; v] `Wqkv` `blockwise` on its three sections. One torchrun launch per world size, the TP configuration alone, on the
 small models."""
 
 import json
@@ -28,6 +29,8 @@ CASES = [
     ("qwen3_next", "replicate", "norm", "wrong reduction: the per-head norm a plain replicated", "parity check"),
     ("bailing_hybrid", "blockwise", "conv1d", "wrong layout: conv1d contiguously Shard(0)", "parity check"),
     ("kimi_linear", "head_sharded", "forget_gate", "wrong layout: the attention's per-head state", "runtime error"),
+    ("minimax", "head_sharded", "self_attn", "wrong layout: the attention's per-head state", "runtime error"),
+    ("dbrx", "blockwise", "Wqkv", "wrong layout: Wqkv contiguously Shard(0)", "parity check"),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 

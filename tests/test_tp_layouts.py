@@ -4,8 +4,12 @@ projection), `head_sharded` (openai_privacy_filter's attention sinks), output ga
 (laguna's `g_proj`), and the linear-attention mixers: qwen3_next's gated deltanet (its depthwise conv over cat(q, k, v)
 `blockwise`, its per-head gated norm `replicate(mode=local_rows)`), bailing_hybrid's conv `blockwise` at TP 4 (its
 heads allow it; qwen3_next's two key heads stop at TP 2) and kimi_linear's forget gate `head_sharded` (its A_log on
-dim 2, its low-rank projection replicated). One torchrun launch per world size, the TP configuration alone, on the
-small models."""
+dim 2, its low-rank projection replicated), and the DSA indexers: deepseek_v32's (`dtensor_region`: per index head up
+to the sum over heads, which DTensor all-reduces before the top-k) and mistral_large4's per-head softmax scaling
+(`head_sharded(mode=dtensor)`), each caught when sharded with the GQA recipe (each rank's top-k over its own heads),
+and jamba's Mamba1 mixer sharded on its inner channels, its `x_proj` `rowwise_replicated` (caught when each rank's
+share of the gradient of dt, B and C is taken for the whole).
+One torchrun launch per world size, the TP configuration alone, on the small models."""
 
 import json
 
@@ -28,6 +32,21 @@ CASES = [
     ("qwen3_next", "replicate", "norm", "wrong reduction: the per-head norm a plain replicated", "parity check"),
     ("bailing_hybrid", "blockwise", "conv1d", "wrong layout: conv1d contiguously Shard(0)", "parity check"),
     ("kimi_linear", "head_sharded", "forget_gate", "wrong layout: the attention's per-head state", "runtime error"),
+    (
+        "deepseek_v32",
+        "dtensor_region",
+        "indexer",
+        "wrong reduction: the indexer's top-k over each rank's own",
+        "parity check",
+    ),
+    ("jamba", "rowwise_replicated", "x_proj", "wrong reduction: x_proj's output gradient", "parity check"),
+    (
+        "mistral_large4",
+        "head_sharded",
+        "softmax_scaling",
+        "wrong reduction: the indexer's top-k over each rank's own",
+        "parity check",
+    ),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 

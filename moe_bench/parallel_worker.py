@@ -327,7 +327,10 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
                 "parity check",
             )
         )
-    gathered = next((e.pattern for e in plan.entries if e.spec.kind == "gathered_norm"), None)
+    # a q/k norm over the whole projection; Mamba2's gated norm (`mode=gated`) has its own control below
+    gathered = next(
+        (e.pattern for e in plan.entries if e.spec.kind == "gathered_norm" and not e.spec.opt("mode")), None
+    )
     if gathered:  # the natural mistake: the norm's weight split like the heads, each rank normalising its own shard
         out.append(
             (
@@ -377,6 +380,17 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
             (
                 f"wrong reduction: {shared.rsplit('.', 1)[-1]}'s output gradient taken whole on each rank, not summed",
                 plan.replaced(shared, S("rowwise_replicated", grad="replicate")),
+                True,
+                "parity check",
+            )
+        )
+    gated = next((e.pattern for e in plan.entries if str(e.spec) == "gathered_norm(mode=gated)"), None)
+    if gated:  # the natural mistake: Mamba2's one-group norm run on each rank's heads, as if its group were theirs
+        conv = next(e.spec for e in plan.entries if e.pattern == gated.rpartition(".")[0] + ".conv1d")
+        out.append(
+            (
+                "wrong reduction: the gated norm over each rank's heads, not its whole group",
+                plan.replaced(gated, S("blockwise", sections=conv.opt("sections")[:1], local_counts=("group_size",))),
                 True,
                 "parity check",
             )

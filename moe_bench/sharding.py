@@ -51,10 +51,10 @@ from .hf import decoder, decoder_layers, embeddings
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
            'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER',
-           'INDEX_HEAD_COUNTS', 'MAMBA1', 'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry',
-           'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'RowwiseReplicated',
-           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel',
-           'apply_fsdp']
+           'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec',
+           'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'parallel_style',
+           'RowwiseReplicated', 'GatherHiddenStates', 'GatheredInputs', 'register_local_map_attention',
+           'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -424,6 +424,8 @@ def model_plan(model: nn.Module) -> Plan:
                 ]
             elif mamba1 := _mamba1_entries(full, child):  # jamba's mixer: sharded on its inner channels
                 entries += mamba1
+            elif mamba2 := _mamba2_entries(full, child):  # granite, nemotron_h: per head
+                entries += mamba2
             elif linear := _linear_attention_entries(full, child):  # before the GQA names: kimi_linear has them too
                 entries += linear
             else:
@@ -516,6 +518,44 @@ def _mamba1_entries(name: str, mixer: nn.Module) -> list:
                 Entry(f"{name}.{n}", S("replicate", mode="local_rows") if norm else S("unshardable", reason=why))
             )
     return out
+
+# %% ../nbs/04b_sharding.ipynb #8dd0d8092fe74a7c96281538738b07e2
+MAMBA2_SIZES = ("num_heads", "n_groups", "ssm_state_size", "intermediate_size", "conv_dim")  # what its forward reads
+
+
+def _mamba2_entries(name: str, mixer: nn.Module) -> list:
+    "Entries of a Mamba2 mixer sharded on its heads, B and C with their groups (whole with one group); [] if not one."
+    kids = dict(mixer.named_children())
+    if not {"in_proj", "conv1d", "norm", "out_proj"} <= set(kids) or not all(
+        isinstance(getattr(mixer, a, None), int) for a in MAMBA2_SIZES
+    ):
+        return []
+    heads, groups, inner = mixer.num_heads, mixer.n_groups, mixer.intermediate_size
+    bc = groups * mixer.ssm_state_size
+    conv, kept = (inner, bc, bc), ((1, 2) if groups == 1 else ())  # cat(x, B, C); one group: B and C whole
+    proj = (inner, *conv, heads)  # [gate; x; B; C; dt]
+    if sum(conv) != mixer.conv_dim or kids["in_proj"].out_features != sum(proj):
+        return [Entry(f"{name}.in_proj", S("unshardable", reason="in_proj is not [gate; x; B; C; dt]"))]
+    outside = [n for n, p in mixer.named_parameters(recurse=False) if p.shape != (heads,)]
+    counts = tuple(
+        a for a in ("num_heads", "intermediate_size") + (("n_groups",) if groups > 1 else ()) if _reads(type(mixer), a)
+    )
+    local = dict(gather="hidden_states", local_counts=counts, local_widths=(("conv_dim", conv, kept),))
+    return [
+        Entry(
+            name,
+            S("head_sharded", **local)  # A_log, D, dt_bias
+            if not outside
+            else S("unshardable", reason=f"state {outside} is not one value per head"),
+        ),
+        Entry(f"{name}.in_proj", S("blockwise", sections=proj, whole=tuple(k + 1 for k in kept))),
+        Entry(f"{name}.conv1d", S("blockwise", sections=conv, whole=kept, read_by="owner")),
+        Entry(
+            f"{name}.norm",
+            S("gathered_norm", mode="gated") if groups == 1 else S("blockwise", sections=(inner,)),  # per group
+        ),
+        Entry(f"{name}.out_proj", S("rowwise_sp")),
+    ]
 
 # %% ../nbs/04b_sharding.ipynb #4acda56a
 HF_KIND_AGREES = {
@@ -652,11 +692,15 @@ class _HeadShardedState:
             parallelize_module(module, mesh, self.gather)
 
 
-def _rank_rows(t: torch.Tensor, sections: tuple[int, ...], rank: int, size: int) -> torch.Tensor:
-    "The rank's rows of `t`: each section along dim 0 split in `size` contiguous pieces, the rank's pieces concatenated."
+def _rank_rows(t: torch.Tensor, sections: tuple[int, ...], rank: int, size: int, whole: tuple = ()) -> torch.Tensor:
+    """The rank's rows of `t`: each section along dim 0 split in `size` contiguous pieces, the rank's pieces concatenated;
+    a section whose index is in `whole` taken whole."""
     starts = [sum(sections[:i]) for i in range(len(sections))]
     return torch.cat(
-        [t[s + rank * w // size : s + (rank + 1) * w // size] for s, w in zip(starts, sections, strict=True)]
+        [
+            t[s : s + w] if i in whole else t[s + rank * w // size : s + (rank + 1) * w // size]
+            for i, (s, w) in enumerate(zip(starts, sections, strict=True))
+        ]
     )
 
 
@@ -667,15 +711,16 @@ class _LocalRowsState:
     convs do, each Shard(0)); without, the whole (a per-head norm applied to the rank's heads). The gradient comes
     back as a partial sum (`to_local(grad_placements=[Partial()])`), summed over the TP ranks where it is read."""
 
-    def __init__(self, sections: tuple[int, ...] = ()):
-        self.sections = sections
+    def __init__(self, sections: tuple[int, ...] = (), whole: tuple[int, ...] = ()):
+        self.sections, self.kept = sections, whole
 
     def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         names = [n for n, _ in module.named_parameters(recurse=False)]
         rank, size = mesh.get_local_rank(), mesh.size()
         for n in names:
             p = module._parameters[n]
-            if self.sections and (sum(self.sections) != p.shape[0] or any(w % size for w in self.sections)):
+            split = [w for i, w in enumerate(self.sections) if i not in self.kept]
+            if self.sections and (sum(self.sections) != p.shape[0] or any(w % size for w in split)):
                 raise PlanError(f"{n} {tuple(p.shape)}: sections {self.sections} do not split over {size} ranks")
             module.register_parameter(
                 n, nn.Parameter(distribute_tensor(p.data, mesh, [Replicate()]), requires_grad=p.requires_grad)
@@ -685,7 +730,9 @@ class _LocalRowsState:
             module._whole = {n: module._parameters[n] for n in names}  # FSDP may have set new ones since apply
             for n, p in module._whole.items():
                 whole = p.to_local(grad_placements=[Partial()])
-                module._parameters[n] = _rank_rows(whole, self.sections, rank, size) if self.sections else whole
+                module._parameters[n] = (
+                    _rank_rows(whole, self.sections, rank, size, self.kept) if self.sections else whole
+                )
             if mod is module:  # its own forward (a projection): a gathered input read whole, its gradient partial
                 local = [a.to_local(grad_placements=[Partial()]) if isinstance(a, DTensor) else a for a in args]
                 return tuple(local), kwargs
@@ -727,8 +774,10 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
     ),
     "lm_head": lambda spec: ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True),
     "gathered_norm": lambda spec: NoParallel(input_layout=Shard(2), output_layout=Shard(2), use_local_output=True),
-    "head_sharded": lambda spec: _HeadShardedState(_gather_input(spec) if spec.opt("kwarg") else None),
-    "blockwise": lambda spec: _LocalRowsState(spec.opt("sections")),
+    "head_sharded": lambda spec: _HeadShardedState(
+        GatherHiddenStates() if spec.opt("gather") else _gather_input(spec) if spec.opt("kwarg") else None
+    ),
+    "blockwise": lambda spec: _LocalRowsState(spec.opt("sections"), spec.opt("whole", ())),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),
     "replicate:local_rows": lambda spec: _LocalRowsState(),
@@ -799,6 +848,38 @@ class RowwiseReplicated(RowwiseParallel):
         return whole.to_local(grad_placements=[Partial()] if self.partial_grad else None)
 
 
+class GatherHiddenStates(ParallelStyle):
+    "The sequence-sharded `hidden_states` gathered to a Replicate DTensor, whether passed by position or by keyword."
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        def gather(t):
+            t = t if isinstance(t, DTensor) else DTensor.from_local(t, device_mesh, [Shard(1)], run_check=False)
+            return t.redistribute(placements=[Replicate()])
+
+        def hook(mod, args, kwargs):
+            if args:
+                return (gather(args[0]), *args[1:]), kwargs
+            return args, kwargs | dict(hidden_states=gather(kwargs["hidden_states"]))
+
+        module.register_forward_pre_hook(hook, with_kwargs=True)
+        return module
+
+
+class GatheredInputs(NoParallel):
+    "torchtitan's `NoParallel` gathering every tensor input (a gated norm's input and its gate), not only the first."
+
+    @staticmethod
+    def _prepare_input_fn(input_layout, desired_input_layout, mod, inputs, device_mesh):
+        one = NoParallel._prepare_input_fn
+        return tuple(
+            one(input_layout, desired_input_layout, mod, (t,), device_mesh)[0] if isinstance(t, torch.Tensor) else t
+            for t in inputs
+        )
+
+
+STYLES["gathered_norm:gated"] = lambda spec: GatheredInputs(
+    input_layout=Shard(2), output_layout=Shard(2), use_local_output=True
+)
 STYLES["rowwise_replicated"] = lambda spec: RowwiseReplicated(partial_grad=spec.opt("grad", "partial") == "partial")
 STYLES["dtensor_region"] = lambda spec: _DTensorRegion(local=bool(spec.opt("local", False)))
 STYLES["head_sharded:dtensor"] = lambda spec: _ShardedOwnState()
@@ -903,6 +984,10 @@ def apply_model_parallel(
                 parallelize_module(modules[mname], tp_mesh, style)
             for attr in spec.opt("local_counts") or ():  # a head count the module's forward reads: the local one
                 setattr(modules[mname], attr, getattr(modules[mname], attr) // tp_mesh.size())
+            for attr, widths, kept in spec.opt("local_widths") or ():  # a width over sections, some kept whole
+                setattr(
+                    modules[mname], attr, sum(w if i in kept else w // tp_mesh.size() for i, w in enumerate(widths))
+                )
             summary["styles"][mname] = type(style).__name__
         if plan.attention == "local_map":
             model.config._attn_implementation = register_local_map_attention()

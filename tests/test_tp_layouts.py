@@ -8,7 +8,9 @@ dim 2, its low-rank projection replicated), and the DSA indexers: deepseek_v32's
 to the sum over heads, which DTensor all-reduces before the top-k) and mistral_large4's per-head softmax scaling
 (`head_sharded(mode=dtensor)`), each caught when sharded with the GQA recipe (each rank's top-k over its own heads),
 and jamba's Mamba1 mixer sharded on its inner channels, its `x_proj` `rowwise_replicated` (caught when each rank's
-share of the gradient of dt, B and C is taken for the whole).
+share of the gradient of dt, B and C is taken for the whole), and the Mamba2 mixers: nemotron_h's (eight groups: B and
+C split with their heads; `in_proj` `blockwise` in its five sections) and granitemoehybrid's (one group: B and C whole
+on every rank, the gated norm over the group `gathered_norm(mode=gated)`, caught when run on each rank's heads).
 One torchrun launch per world size, the TP configuration alone, on the small models."""
 
 import json
@@ -40,6 +42,14 @@ CASES = [
         "parity check",
     ),
     ("jamba", "rowwise_replicated", "x_proj", "wrong reduction: x_proj's output gradient", "parity check"),
+    ("nemotron_h", "blockwise", "in_proj", "wrong layout: in_proj contiguously Shard(0)", "parity check"),
+    (
+        "granitemoehybrid",
+        "gathered_norm",
+        "norm",
+        "wrong reduction: the gated norm over each rank's heads",
+        "parity check",
+    ),
     (
         "mistral_large4",
         "head_sharded",

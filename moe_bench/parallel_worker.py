@@ -28,7 +28,17 @@ from . import cpu_compat
 from .core import randomize_
 from .expression import Expressed, swap_titan_moe
 from .hf import build_model, config_with, decoder_layers, embeddings, real_config
-from .sharding import GATES, Plan, PlanError, S, apply_fsdp, apply_model_parallel, check_plan, model_plan
+from moe_bench.sharding import (
+    GATES,
+    INDEX_HEAD_COUNTS,
+    Plan,
+    PlanError,
+    S,
+    apply_fsdp,
+    apply_model_parallel,
+    check_plan,
+    model_plan,
+)
 from .synth import synthetic_config, synthetic_overrides
 
 # %% auto #0
@@ -62,11 +72,11 @@ CONFIG_NAMES = ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")
 
 
 def tp_degree(cfg, world: int = WORLD) -> int:
-    "The largest TP degree (world, else 2) that divides heads, kv heads, linear-attention heads, vocab, sequence and every width."
+    "The largest TP degree (world, else 2) that divides heads, kv heads, linear-attention and DSA index heads, vocab, sequence and every width."
     dims = [cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size, SEQ, cfg.hidden_size]
     dims += [
         getattr(cfg, k)
-        for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_num_heads")
+        for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_num_heads", "index_n_heads")
         if getattr(cfg, k, None)
     ]
     for k in ("moe_intermediate_size", "intermediate_size", "shared_expert_intermediate_size"):
@@ -322,7 +332,10 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
                 "parity check",
             )
         )
-    gathered = next((e.pattern for e in plan.entries if e.spec.kind == "gathered_norm"), None)
+    # a q/k norm over the whole projection; Mamba2's gated norm (`mode=gated`) has its own control below
+    gathered = next(
+        (e.pattern for e in plan.entries if e.spec.kind == "gathered_norm" and not e.spec.opt("mode")), None
+    )
     if gathered:  # the natural mistake: the norm's weight split like the heads, each rank normalising its own shard
         out.append(
             (
@@ -332,7 +345,8 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
                 "parity check",
             )
         )
-    per_head = next((e.pattern for e in plan.entries if e.spec.kind == "head_sharded"), None)
+    # state read as local shards; read as DTensors (`mode=dtensor`), whole on every rank would be correct, only redundant
+    per_head = next((e.pattern for e in plan.entries if e.spec.kind == "head_sharded" and not e.spec.opt("mode")), None)
     if per_head:
         out.append(
             (
@@ -362,6 +376,48 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
                 f"wrong reduction: the per-head {rows.rsplit('.', 1)[-1]} a plain replicated tensor (check's role rules off)",
                 plan.replaced(rows, S("replicate", mode="plain")),
                 False,
+                "parity check",
+            )
+        )
+    shared = next((e.pattern for e in plan.entries if e.spec.kind == "rowwise_replicated"), None)
+    if shared:  # Mamba1's x_proj: every rank's channels read dt, B and C, so each rank holds a share of their gradient
+        out.append(
+            (
+                f"wrong reduction: {shared.rsplit('.', 1)[-1]}'s output gradient taken whole on each rank, not summed",
+                plan.replaced(shared, S("rowwise_replicated", grad="replicate")),
+                True,
+                "parity check",
+            )
+        )
+    gated = next((e.pattern for e in plan.entries if str(e.spec) == "gathered_norm(mode=gated)"), None)
+    if gated:  # the natural mistake: Mamba2's one-group norm run on each rank's heads, as if its group were theirs
+        conv = next(e.spec for e in plan.entries if e.pattern == gated.rpartition(".")[0] + ".conv1d")
+        out.append(
+            (
+                "wrong reduction: the gated norm over each rank's heads, not its whole group",
+                plan.replaced(gated, S("blockwise", sections=conv.opt("sections")[:1], local_counts=("group_size",))),
+                True,
+                "parity check",
+            )
+        )
+    region = next((e.pattern for e in plan.entries if e.spec.kind == "dtensor_region"), None)
+    if region:  # the natural mistake: a DSA indexer sharded as GQA attention, each rank ranking keys by its own heads
+        gqa = {
+            "dtensor_region": S("dtensor_region", local=True, local_counts=INDEX_HEAD_COUNTS),
+            "colwise": S("colwise", local=True),
+            "replicate": S("replicate", mode="local_rows"),
+            "head_sharded": S("head_sharded"),
+        }
+        inside = lambda p: p == region or p.startswith(region + ".")  # noqa: E731
+        out.append(
+            (
+                "wrong reduction: the indexer's top-k over each rank's own index heads (GQA recipe)",
+                Plan(
+                    f"{plan.name}-indexer-as-GQA",
+                    [e._replace(spec=gqa[e.spec.kind]) if inside(e.pattern) else e for e in plan.entries],
+                    plan.attention,
+                ),
+                True,
                 "parity check",
             )
         )

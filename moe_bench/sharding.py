@@ -28,6 +28,7 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
     parallelize_module,
 )
+from torch.utils._pytree import tree_map
 from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
 from torchtitan.distributed.tensor_parallel import NoParallel
 from torchtitan.models.common.decoder_sharding import (
@@ -41,6 +42,7 @@ from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher, L
 from torchtitan.protocols.sharding import ShardingConfig
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .cpu_compat import sum_reductions_for_gloo
 from .expression import Expressed
@@ -49,16 +51,18 @@ from .hf import decoder, decoder_layers, embeddings
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
            'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS',
-           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S',
-           'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'parallel_style',
-           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel',
-           'apply_fsdp']
+           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES',
+           'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
+           'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates',
+           'GatheredInputs', 'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form',
+           'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
     "embedding",
     "colwise",
     "rowwise_sp",
+    "rowwise_replicated",
     "norm_sp",
     "gathered_norm",
     "head_sharded",
@@ -68,7 +72,7 @@ STATE_KINDS = (
     "titan_moe",
     "unshardable",
 )
-BOUNDARY_KINDS = ("gather_input",)
+BOUNDARY_KINDS = ("gather_input", "dtensor_region")
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,13 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
             for n in GATES
             if n in kids and getattr(attn, n).out_features % heads == 0
         ]
+        out += [  # per-head state of the MLA forward (mistral_large4's softmax scaling): DTensor shards
+            Entry(f"{name}.{n}", S("head_sharded", mode="dtensor"))
+            for n, m in attn.named_children()
+            if _one_per_head(m, heads)
+        ]
+        if INDEXER in kids:
+            out += _indexer_entries(f"{name}.{INDEXER}", getattr(attn, INDEXER))
         return out, "local_map"
     o_proj = next((n for n in OUT_PROJ if n in kids), None)
     fused = next((n for n in FUSED_QKV if n in kids), None)
@@ -434,6 +445,10 @@ def model_plan(model: nn.Module) -> Plan:
                     Entry(f"{full}.{up_gate}", S("blockwise", sections=(width, width))),
                     Entry(f"{full}.{down}", S("rowwise_sp")),
                 ]
+            elif mamba1 := _mamba1_entries(full, child):  # jamba's mixer: sharded on its inner channels
+                entries += mamba1
+            elif mamba2 := _mamba2_entries(full, child):  # granite, nemotron_h: per head
+                entries += mamba2
             elif linear := _linear_attention_entries(full, child):  # before the GQA names: kimi_linear has them too
                 entries += linear
             else:
@@ -455,6 +470,115 @@ def model_plan(model: nn.Module) -> Plan:
         else:
             entries.append(Entry(names[id(rotary)], S("replicate", mode="plain")))
     return Plan(type(model).__name__, entries, attention)
+
+# %% ../nbs/04b_sharding.ipynb #1fd37548
+INDEXER = "indexer"  # MLA attention's DSA indexer child
+INDEX_HEAD_COUNTS = ("n_heads",)  # what the indexer's forward reads of its head count
+
+
+def _one_per_head(m: nn.Module, heads: int) -> bool:
+    "A leaf module whose own parameters are each one value per head (mistral_large4's `softmax_scaling`)."
+    own = list(m.parameters(recurse=False))
+    return bool(own) and not list(m.children()) and all(p.ndim == 1 and p.numel() == heads for p in own)
+
+
+def _indexer_entries(name: str, indexer: nn.Module) -> list:
+    "Entries of a DSA indexer: sharded on its index heads up to their sum, which DTensor all-reduces before the top-k."
+    heads, width = indexer.n_heads, indexer.head_dim
+    out = [Entry(name, S("dtensor_region"))]
+    for n, m in indexer.named_children():
+        own = dict(m.named_parameters())
+        if isinstance(m, nn.Linear) and m.out_features in (heads, heads * width):  # wq_b, weights_proj: per index head
+            spec = S("colwise", local=False)
+        elif _one_per_head(m, heads):  # softmax scaling: one scale and bias per index head
+            spec = S("head_sharded", mode="dtensor")
+        elif (isinstance(m, nn.Linear) and m.out_features == width) or (
+            own and set(own) <= {"weight", "bias"} and all(p.ndim == 1 for p in own.values())
+        ):  # wk: the one key every head scores; k_norm, q_input_norm: norms of a whole vector, not of a head
+            spec = S("replicate", mode="dtensor")
+        else:
+            spec = S("unshardable", reason=f"indexer part {n} is neither per index head nor shared by all")
+        out.append(Entry(f"{name}.{n}", spec))
+    return out
+
+# %% ../nbs/04b_sharding.ipynb #acae54e37e7d407bbb7b55eff062a284
+MAMBA1 = ("in_proj", "conv1d", "x_proj", "dt_proj", "out_proj")  # Mamba1's projections and conv (jamba)
+
+
+def _mamba1_entries(name: str, mixer: nn.Module) -> list:
+    "Entries of a Mamba1 mixer sharded on its inner channels; [] where the module is not one."
+    kids = dict(mixer.named_children())
+    if not set(MAMBA1) <= set(kids) or not isinstance(kids["conv1d"], nn.Conv1d):
+        return []
+    width = kids["conv1d"].out_channels  # the inner channels
+    own = dict(mixer.named_parameters(recurse=False))
+    outside = [n for n, p in own.items() if p.shape[0] != width]
+    counts = tuple(a for a in ("intermediate_size",) if _reads(type(mixer), a))
+    local = dict(local_counts=counts) if counts else {}
+    out = [
+        Entry(
+            name,
+            S("head_sharded", kwarg="hidden_states", **local)  # A_log, D: one row per channel
+            if not outside
+            else S("unshardable", reason=f"state {outside} is not one row per channel"),
+        ),
+        Entry(
+            f"{name}.in_proj",
+            S("blockwise", sections=(width, width))  # [x; gate]
+            if kids["in_proj"].out_features == 2 * width
+            else S("unshardable", reason="in_proj is not [x; gate] over the conv's channels"),
+        ),
+        Entry(f"{name}.conv1d", S("blockwise", sections=(width,), read_by="owner")),
+        Entry(f"{name}.x_proj", S("rowwise_replicated")),
+        Entry(f"{name}.dt_proj", S("blockwise", sections=(width,), read_by="owner")),
+        Entry(f"{name}.out_proj", S("rowwise_sp")),
+    ]
+    for n, m in kids.items():  # the norms of dt, B and C: vectors every channel reads whole
+        if n not in MAMBA1 and _has_own_state(m):
+            norm = set(dict(m.named_parameters())) == {"weight"}
+            why = f"{n}: not a norm of dt, B or C"
+            out.append(
+                Entry(f"{name}.{n}", S("replicate", mode="local_rows") if norm else S("unshardable", reason=why))
+            )
+    return out
+
+# %% ../nbs/04b_sharding.ipynb #8dd0d8092fe74a7c96281538738b07e2
+MAMBA2_SIZES = ("num_heads", "n_groups", "ssm_state_size", "intermediate_size", "conv_dim")  # what its forward reads
+
+
+def _mamba2_entries(name: str, mixer: nn.Module) -> list:
+    "Entries of a Mamba2 mixer sharded on its heads, B and C with their groups (whole with one group); [] if not one."
+    kids = dict(mixer.named_children())
+    if not {"in_proj", "conv1d", "norm", "out_proj"} <= set(kids) or not all(
+        isinstance(getattr(mixer, a, None), int) for a in MAMBA2_SIZES
+    ):
+        return []
+    heads, groups, inner = mixer.num_heads, mixer.n_groups, mixer.intermediate_size
+    bc = groups * mixer.ssm_state_size
+    conv, kept = (inner, bc, bc), ((1, 2) if groups == 1 else ())  # cat(x, B, C); one group: B and C whole
+    proj = (inner, *conv, heads)  # [gate; x; B; C; dt]
+    if sum(conv) != mixer.conv_dim or kids["in_proj"].out_features != sum(proj):
+        return [Entry(f"{name}.in_proj", S("unshardable", reason="in_proj is not [gate; x; B; C; dt]"))]
+    outside = [n for n, p in mixer.named_parameters(recurse=False) if p.shape != (heads,)]
+    counts = tuple(
+        a for a in ("num_heads", "intermediate_size") + (("n_groups",) if groups > 1 else ()) if _reads(type(mixer), a)
+    )
+    local = dict(gather="hidden_states", local_counts=counts, local_widths=(("conv_dim", conv, kept),))
+    return [
+        Entry(
+            name,
+            S("head_sharded", **local)  # A_log, D, dt_bias
+            if not outside
+            else S("unshardable", reason=f"state {outside} is not one value per head"),
+        ),
+        Entry(f"{name}.in_proj", S("blockwise", sections=proj, whole=tuple(k + 1 for k in kept))),
+        Entry(f"{name}.conv1d", S("blockwise", sections=conv, whole=kept, read_by="owner")),
+        Entry(
+            f"{name}.norm",
+            S("gathered_norm", mode="gated") if groups == 1 else S("blockwise", sections=(inner,)),  # per group
+        ),
+        Entry(f"{name}.out_proj", S("rowwise_sp")),
+    ]
 
 # %% ../nbs/04b_sharding.ipynb #6b66c9e0
 def _fused_qkv_entries(name: str, attn: nn.Module, fused: str, o_proj: str) -> list:
@@ -649,11 +773,15 @@ class _HeadShardedState:
             parallelize_module(module, mesh, self.gather)
 
 
-def _rank_rows(t: torch.Tensor, sections: tuple[int, ...], rank: int, size: int) -> torch.Tensor:
-    "The rank's rows of `t`: each section along dim 0 split in `size` contiguous pieces, the rank's pieces concatenated."
+def _rank_rows(t: torch.Tensor, sections: tuple[int, ...], rank: int, size: int, whole: tuple = ()) -> torch.Tensor:
+    """The rank's rows of `t`: each section along dim 0 split in `size` contiguous pieces, the rank's pieces concatenated;
+    a section whose index is in `whole` taken whole."""
     starts = [sum(sections[:i]) for i in range(len(sections))]
     return torch.cat(
-        [t[s + rank * w // size : s + (rank + 1) * w // size] for s, w in zip(starts, sections, strict=True)]
+        [
+            t[s : s + w] if i in whole else t[s + rank * w // size : s + (rank + 1) * w // size]
+            for i, (s, w) in enumerate(zip(starts, sections, strict=True))
+        ]
     )
 
 
@@ -664,15 +792,16 @@ class _LocalRowsState:
     convs do, each Shard(0)); without, the whole (a per-head norm applied to the rank's heads). The gradient comes
     back as a partial sum (`to_local(grad_placements=[Partial()])`), summed over the TP ranks where it is read."""
 
-    def __init__(self, sections: tuple[int, ...] = ()):
-        self.sections = sections
+    def __init__(self, sections: tuple[int, ...] = (), whole: tuple[int, ...] = ()):
+        self.sections, self.kept = sections, whole
 
     def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         names = [n for n, _ in module.named_parameters(recurse=False)]
         rank, size = mesh.get_local_rank(), mesh.size()
         for n in names:
             p = module._parameters[n]
-            if self.sections and (sum(self.sections) != p.shape[0] or any(w % size for w in self.sections)):
+            split = [w for i, w in enumerate(self.sections) if i not in self.kept]
+            if self.sections and (sum(self.sections) != p.shape[0] or any(w % size for w in split)):
                 raise PlanError(f"{n} {tuple(p.shape)}: sections {self.sections} do not split over {size} ranks")
             module.register_parameter(
                 n, nn.Parameter(distribute_tensor(p.data, mesh, [Replicate()]), requires_grad=p.requires_grad)
@@ -682,7 +811,9 @@ class _LocalRowsState:
             module._whole = {n: module._parameters[n] for n in names}  # FSDP may have set new ones since apply
             for n, p in module._whole.items():
                 whole = p.to_local(grad_placements=[Partial()])
-                module._parameters[n] = _rank_rows(whole, self.sections, rank, size) if self.sections else whole
+                module._parameters[n] = (
+                    _rank_rows(whole, self.sections, rank, size, self.kept) if self.sections else whole
+                )
             if mod is module:  # its own forward (a projection): a gathered input read whole, its gradient partial
                 local = [a.to_local(grad_placements=[Partial()]) if isinstance(a, DTensor) else a for a in args]
                 return tuple(local), kwargs
@@ -725,9 +856,10 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
     "lm_head": lambda spec: ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True),
     "gathered_norm": lambda spec: NoParallel(input_layout=Shard(2), output_layout=Shard(2), use_local_output=True),
     "head_sharded": lambda spec: _HeadShardedState(
-        _gather_input(spec) if spec.opt("kwarg") else None, spec.opt("buffers", ())
+        GatherHiddenStates() if spec.opt("gather") else _gather_input(spec) if spec.opt("kwarg") else None,
+        spec.opt("buffers", ()),
     ),
-    "blockwise": lambda spec: _LocalRowsState(spec.opt("sections")),
+    "blockwise": lambda spec: _LocalRowsState(spec.opt("sections"), spec.opt("whole", ())),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),
     "replicate:local_rows": lambda spec: _LocalRowsState(),
@@ -740,30 +872,132 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
 
 def parallel_style(spec: Spec):
     "The torch ParallelStyle of a spec (None where nothing is to be done)."
-    key = f"replicate:{spec.opt('mode')}" if spec.kind == "replicate" else spec.kind
+    key = f"{spec.kind}:{spec.opt('mode')}" if spec.opt("mode") else spec.kind
     if key not in STYLES:
         raise ValueError(f"no ParallelStyle for {spec}")
     return STYLES[key](spec)
+
+# %% ../nbs/04b_sharding.ipynb #17647da7
+class _DTensorRegion:
+    """A stateless module whose forward computes on DTensors: its plain tensor inputs enter as Replicate DTensors, its
+    output leaves as a plain tensor, whole on every rank. With `local` (the GQA recipe, a negative control's layout),
+    the reverse: its DTensor inputs leave as local tensors and it computes on those."""
+
+    def __init__(self, local: bool = False):
+        self.local = local
+
+    def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
+        def enter(t):
+            if self.local:
+                return t.to_local() if isinstance(t, DTensor) else t
+            plain = isinstance(t, torch.Tensor) and not isinstance(t, DTensor)
+            return DTensor.from_local(t, mesh, [Replicate()], run_check=False) if plain else t
+
+        def inputs(mod, args, kwargs):
+            return tree_map(enter, args), tree_map(enter, kwargs)
+
+        def leave(t):
+            return t.redistribute(placements=[Replicate()]).to_local() if isinstance(t, DTensor) else t
+
+        def output(mod, args, kwargs, out):
+            return tree_map(leave, out)
+
+        module.register_forward_pre_hook(inputs, with_kwargs=True)
+        module.register_forward_hook(output, with_kwargs=True)
+
+
+class _ShardedOwnState:
+    "A module's own parameters, one value per head, become Shard(0) DTensors on the TP mesh, read as DTensors; no hooks."
+
+    def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
+        for n, p in list(module.named_parameters(recurse=False)):
+            module.register_parameter(
+                n, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(0)]), requires_grad=p.requires_grad)
+            )
+
+
+class RowwiseReplicated(RowwiseParallel):
+    """Row-wise, the output all-reduced so every rank holds it whole, then left local with its gradient a partial sum:
+    every rank's channels read it (Mamba1's dt, B and C), so each rank's gradient is its channels' share. With
+    `partial_grad=False` (a negative control's layout) each rank's share is taken for the whole gradient."""
+
+    def __init__(self, partial_grad: bool = True):
+        super().__init__(output_layouts=Replicate(), use_local_output=False)
+        self.partial_grad = partial_grad
+
+    def _prepare_output_fn(self, output_layouts, use_local_output, mod, outputs, device_mesh):
+        whole = outputs.redistribute(placements=output_layouts)
+        return whole.to_local(grad_placements=[Partial()] if self.partial_grad else None)
+
+
+class GatherHiddenStates(ParallelStyle):
+    "The sequence-sharded `hidden_states` gathered to a Replicate DTensor, whether passed by position or by keyword."
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        def gather(t):
+            t = t if isinstance(t, DTensor) else DTensor.from_local(t, device_mesh, [Shard(1)], run_check=False)
+            return t.redistribute(placements=[Replicate()])
+
+        def hook(mod, args, kwargs):
+            if args:
+                return (gather(args[0]), *args[1:]), kwargs
+            return args, kwargs | dict(hidden_states=gather(kwargs["hidden_states"]))
+
+        module.register_forward_pre_hook(hook, with_kwargs=True)
+        return module
+
+
+class GatheredInputs(NoParallel):
+    "torchtitan's `NoParallel` gathering every tensor input (a gated norm's input and its gate), not only the first."
+
+    @staticmethod
+    def _prepare_input_fn(input_layout, desired_input_layout, mod, inputs, device_mesh):
+        one = NoParallel._prepare_input_fn
+        return tuple(
+            one(input_layout, desired_input_layout, mod, (t,), device_mesh)[0] if isinstance(t, torch.Tensor) else t
+            for t in inputs
+        )
+
+
+STYLES["gathered_norm:gated"] = lambda spec: GatheredInputs(
+    input_layout=Shard(2), output_layout=Shard(2), use_local_output=True
+)
+STYLES["rowwise_replicated"] = lambda spec: RowwiseReplicated(partial_grad=spec.opt("grad", "partial") == "partial")
+STYLES["dtensor_region"] = lambda spec: _DTensorRegion(local=bool(spec.opt("local", False)))
+STYLES["head_sharded:dtensor"] = lambda spec: _ShardedOwnState()
 
 # %% ../nbs/04b_sharding.ipynb #1bd0e9b2
 LOCAL_MAP_ATTENTION = "moe_bench_tp_local_map_sdpa"
 
 
 def register_local_map_attention() -> str:
-    "HF's SDPA kernel under DTensor `local_map`: q/k/v sharded on heads, output on heads; causal mask implicit."
+    """HF's SDPA kernel under DTensor `local_map`: q/k/v sharded on heads, output on heads; the causal mask implicit,
+    or a plain mask broadcast over the heads, the same on every rank. A DSA model hands a kernel other than eager/SDPA
+    the indexer's top-k keys per query (`indices`, as it hands them to flash-mla): they are masked as HF's SDPA path
+    masks them."""
 
-    def kernel(module, query, key, value, attention_mask, **kwargs):
-        if attention_mask is not None:
-            raise NotImplementedError("the local_map kernel takes the causal mask as implicit (mask None)")
+    def kernel(module, query, key, value, attention_mask, indices=None, **kwargs):
+        if isinstance(attention_mask, DTensor) or (attention_mask is not None and attention_mask.shape[1] != 1):
+            raise NotImplementedError("the local_map kernel takes a plain mask broadcast over the heads, or none")
+        if indices is not None:  # HF's DSA attention, eager/SDPA branch: True at the keys not selected
+            b, s, t = indices.shape[0], indices.shape[1], key.shape[2]
+            unselected_B1ST = indices.new_ones((b, s, t), dtype=torch.bool).scatter(-1, indices.long(), False)[:, None]
+            attention_mask = (
+                attention_mask & ~unselected_B1ST
+                if attention_mask.dtype == torch.bool
+                else attention_mask.masked_fill(unselected_B1ST, torch.finfo(query.dtype).min)
+            )
         fn = local_map(
-            lambda q, k, v: sdpa_attention_forward(module, q, k, v, None, **kwargs)[0],
+            lambda q, k, v, mask: sdpa_attention_forward(module, q, k, v, mask, **kwargs)[0],
             out_placements=[Shard(2)],
-            in_placements=([Shard(1)], [Shard(1)], [Shard(1)]),
+            in_placements=([Shard(1)], [Shard(1)], [Shard(1)], None),
             redistribute_inputs=True,
         )
-        return fn(query, key, value), None
+        return fn(query, key, value, attention_mask), None
 
     AttentionInterface.register(LOCAL_MAP_ATTENTION, kernel)
+    # HF makes the mask of the kernel it runs, SDPA's (none where causality is implicit); an unknown name gets no mask
+    AttentionMaskInterface.register(LOCAL_MAP_ATTENTION, sdpa_mask)
     return LOCAL_MAP_ATTENTION
 
 # %% ../nbs/04b_sharding.ipynb #a3632f28
@@ -832,6 +1066,10 @@ def apply_model_parallel(
                 parallelize_module(modules[mname], tp_mesh, style)
             for attr in spec.opt("local_counts") or ():  # a head count the module's forward reads: the local one
                 setattr(modules[mname], attr, getattr(modules[mname], attr) // tp_mesh.size())
+            for attr, widths, kept in spec.opt("local_widths") or ():  # a width over sections, some kept whole
+                setattr(
+                    modules[mname], attr, sum(w if i in kept else w // tp_mesh.size() for i, w in enumerate(widths))
+                )
             summary["styles"][mname] = type(style).__name__
         if plan.attention == "local_map":
             model.config._attn_implementation = register_local_map_attention()

@@ -3,10 +3,17 @@ gradient, both steps), and the wrong layout of each caught: `gathered_norm` (olm
 projection), `head_sharded` (openai_privacy_filter's attention sinks), output gates column-wise on the heads
 (laguna's `g_proj`), and the linear-attention mixers: qwen3_next's gated deltanet (its depthwise conv over cat(q, k, v)
 `blockwise`, its per-head gated norm `replicate(mode=local_rows)`), bailing_hybrid's conv `blockwise` at TP 4 (its
-heads allow it; qwen3_next's two key heads stop at TP 2) kimi_linear's forget gate `head_sharded` (its A_log on
+heads allow it; qwen3_next's two key heads stop at TP 2) and kimi_linear's forget gate `head_sharded` (its A_log on
 dim 2, its low-rank projection replicated), minimax's lightning attention `head_sharded` with its decay buffers (the
-rank's heads' rows) and dbrx's fused [q; k; v] `Wqkv` `blockwise` on its three sections. One torchrun launch per world size, the TP configuration alone, on the
-small models."""
+rank's heads' rows), dbrx's fused [q; k; v] `Wqkv` `blockwise` on its three sections, and the DSA indexers:
+deepseek_v32's (`dtensor_region`: per index head up to the sum over heads, which DTensor all-reduces before the
+top-k) and mistral_large4's per-head softmax scaling (`head_sharded(mode=dtensor)`), each caught when sharded with the
+GQA recipe (each rank's top-k over its own heads), and jamba's Mamba1 mixer sharded on its inner channels, its
+`x_proj` `rowwise_replicated` (caught when each rank's share of the gradient of dt, B and C is taken for the whole),
+and the Mamba2 mixers: nemotron_h's (eight groups: B and C split with their heads; `in_proj` `blockwise` in its five
+sections) and granitemoehybrid's (one group: B and C whole on every rank, the gated norm over the group
+`gathered_norm(mode=gated)`, caught when run on each rank's heads). One torchrun launch per world size, the TP
+configuration alone, on the small models."""
 
 import json
 
@@ -31,6 +38,29 @@ CASES = [
     ("kimi_linear", "head_sharded", "forget_gate", "wrong layout: the attention's per-head state", "runtime error"),
     ("minimax", "head_sharded", "self_attn", "wrong layout: the attention's per-head state", "runtime error"),
     ("dbrx", "blockwise", "Wqkv", "wrong layout: Wqkv contiguously Shard(0)", "parity check"),
+    (
+        "deepseek_v32",
+        "dtensor_region",
+        "indexer",
+        "wrong reduction: the indexer's top-k over each rank's own",
+        "parity check",
+    ),
+    ("jamba", "rowwise_replicated", "x_proj", "wrong reduction: x_proj's output gradient", "parity check"),
+    ("nemotron_h", "blockwise", "in_proj", "wrong layout: in_proj contiguously Shard(0)", "parity check"),
+    (
+        "granitemoehybrid",
+        "gathered_norm",
+        "norm",
+        "wrong reduction: the gated norm over each rank's heads",
+        "parity check",
+    ),
+    (
+        "mistral_large4",
+        "head_sharded",
+        "softmax_scaling",
+        "wrong reduction: the indexer's top-k over each rank's own",
+        "parity check",
+    ),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from . import cpu_compat
 from .adapter import TITAN_EXPERT_BIAS, TITAN_EXPERTS, TITAN_ROUTER, TITAN_SHARED
-from .core import cast_copy, hidden_of, in_dtype, randomize_, worst_status
+from .core import hidden_of, in_dtype, randomize_, worst_status
 from .expression import CORE, Expression, expression_of
 from .extensions import EXTENSIONS, Extension, applicable_extensions, combined
 from moe_bench.hf import (

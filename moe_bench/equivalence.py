@@ -52,7 +52,7 @@ def equivalence_phase(model: str, seed: int = 0, small: bool = False) -> dict:
         expression is None or not expression.in_torchtitan
     ):  # a prototype that holds the layer is compared inside the model, reported apart from the core
         too_large = memory_shortfall(hf_block, bytes_per_param=IN_MODEL_BYTES_PER_PARAM) if expression else None
-        judged = getattr(expression, "judged_moe_layer", 0)  # a model holding the MoE layer the check judges
+        judged = expression.judged_moe_layer if expression else 0  # a model holding the MoE layer the check judges
         in_model = synthetic_config(model, small=small, moe_layers=judged + 1)[0] if judged else syn
         extensions = in_model_check(in_model, expression, seed) if expression is not None and not too_large else []
         return phase_record(

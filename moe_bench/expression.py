@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
+from torchtitan.models.common.linear import Linear
 from torchtitan.models.common.moe import GroupedExperts, MoE
 from torchtitan.models.gpt_oss.sharding import _GPT_OSS_EXPERTS_PARAM_LAYOUT
 from torchtitan.models.qwen3.sharding import _GROUPED_EXPERTS_PARAM_LAYOUT
@@ -32,31 +33,43 @@ from moe_bench.adapter import (
 )
 from moe_bench.extensions import (
     CLAMPED_GLU_CORE_CHANGE,
+    EXPERT_PROJECTIONS_CORE_CHANGE,
     IDENTITY_EXPERTS_CORE_CHANGE,
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
+    LOGIT_MULTIPLIER_CORE_CHANGE,
     NON_GATED_CORE_CHANGE,
     OUTPUT_BIAS_CORE_CHANGE,
     OUTPUT_NORM_CORE_CHANGE,
     PADDED_EXPERTS_CORE_CHANGE,
     PER_MODALITY_CORE_CHANGE,
     ROUTE_NORM_P_CORE_CHANGE,
+    ROUTER_MLP_CORE_CHANGE,
+    ROUTER_STATE_CORE_CHANGE,
     ROUTER_WEIGHTED_SHARED_CORE_CHANGE,
     SCORE_BEFORE_EXPERTS_CORE_CHANGE,
     SCORE_FUNC_CORE_CHANGE,
+    SKIP_CLASS_CORE_CHANGE,
     SOFTCAPPED_GLU_CORE_CHANGE,
     SPARSEMIXER_CORE_CHANGE,
     TOPK_SOFTMAX_CORE_CHANGE,
     ClampedGluFeedForward,
     ClampedGluGroupedExperts,
+    ExpertProjectionsMoE,
     GammaSharedExperts,
     IdentityTailGroupedExperts,
     InputDtypeGptOssExperts,
     LogitBiasRouter,
+    LogitMultiplierRouter,
+    MLPRouter,
     OutputBiasMoE,
     OutputNormMoE,
     PerModalityMoE,
     PNormRouter,
+    PostNormGroupedExperts,
+    RouterMLP,
+    RouterStateBlock,
+    RouterStateMoE,
     RouterWeightedSharedMoE,
     ScoreBeforeExpertsDispatcher,
     ScoreBeforeExpertsRouter,
@@ -72,6 +85,7 @@ from moe_bench.extensions import (
     layer_moe_applies,
     layer_moe_sharding,
     layer_moe_state,
+    logit_multiplier_of,
     make_non_gated_,
     mixed_modality_mask,
     mlp_gating,
@@ -82,6 +96,7 @@ from moe_bench.extensions import (
     pad_experts_,
     padded_width,
     plain_silu,
+    router_mlp_form,
     score_func_of,
     softcapped_glu_of,
     sparsemixer_eps_of,
@@ -564,18 +579,6 @@ OUTPUT_NORM = block_prototype(
 )
 
 # %% ../nbs/00f_expression.ipynb #9aa89457127544ae80d5f8ad3591558d
-from torchtitan.models.common.linear import Linear
-
-from moe_bench.extensions import (
-    EXPERT_PROJECTIONS_CORE_CHANGE,
-    LOGIT_MULTIPLIER_CORE_CHANGE,
-    ExpertProjectionsMoE,
-    LogitMultiplierRouter,
-    PostNormGroupedExperts,
-    logit_multiplier_of,
-)
-
-
 class ExpertProjections(NamedTuple):
     "The block's children around its experts (the post norm's path from the block; None where it has none)."
 
@@ -787,18 +790,6 @@ ROUTER_WEIGHTED_SHARED = block_prototype(
 )
 
 # %% ../nbs/00f_expression.ipynb #8889335c38734c4bbfa234fa55d474ca
-from moe_bench.extensions import (
-    ROUTER_MLP_CORE_CHANGE,
-    ROUTER_STATE_CORE_CHANGE,
-    SKIP_CLASS_CORE_CHANGE,
-    MLPRouter,
-    RouterMLP,
-    RouterStateBlock,
-    RouterStateMoE,
-    router_mlp_form,
-)
-
-
 def router_mlp_applies(block: nn.Module, probe: MoEProbe) -> bool:
     "The core `MoE` holds the block but for its router MLP (of `RouterMLP`'s form), skip classes and carried state."
     if not (probe.level == "block" and probe.router_mlp and probe.score_func == "softmax"):

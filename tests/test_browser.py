@@ -86,16 +86,32 @@ def network_events(driver) -> list[dict]:
 
 
 def failed_requests(events) -> list[str]:
+    """The failed requests among those sent in this window of events. A failure whose request was sent before the
+    window (the previous page's, or the startup tab's, drained by `_open`) is not this page's: the page's own requests
+    are all sent after `_open` drains the log, so each has its `requestWillBeSent` here."""
     urls = {
         e["params"]["requestId"]: e["params"]["request"]["url"]
         for e in events
         if e["method"] == "Network.requestWillBeSent"
     }
     return [
-        f"{urls.get(e['params']['requestId'], '?')}: {e['params'].get('errorText')}"
+        f"{urls[e['params']['requestId']]}: {e['params'].get('errorText')}"
         for e in events
-        if e["method"] == "Network.loadingFailed" and not e["params"].get("canceled")
+        if e["method"] == "Network.loadingFailed"
+        and not e["params"].get("canceled")
+        and e["params"]["requestId"] in urls
     ]
+
+
+def test_failed_requests_reads_the_window():
+    "Control for the filter above: a failure of a request sent in the window is reported; one from before is not."
+    sent = {"method": "Network.requestWillBeSent", "params": {"requestId": "1", "request": {"url": "http://x/"}}}
+    failed = {
+        "method": "Network.loadingFailed",
+        "params": {"requestId": "1", "errorText": "net::ERR_NAME_NOT_RESOLVED"},
+    }
+    earlier = {"method": "Network.loadingFailed", "params": {"requestId": "0", "errorText": "net::ERR_ABORTED"}}
+    assert failed_requests([sent, failed, earlier]) == ["http://x/: net::ERR_NAME_NOT_RESOLVED"]
 
 
 def requested_urls(events) -> list[str]:
@@ -283,6 +299,8 @@ def test_gap_analysis_notebook_runs_in_jupyterlab(browser, lab, tmp_path):
 
 
 def _open(d, path):
+    d.get("about:blank")  # leave the previous page (or the startup tab) and let its requests end before the window
+    time.sleep(1)
     network_events(d), d.get_log("browser")  # start clean
     d.get(path.as_uri())
     wait_for(lambda: d.execute_script("return document.readyState") == "complete", 30, f"{path} to load")
@@ -325,3 +343,11 @@ def test_reports_open_offline(own_browser, tmp_path):
         assert d.title.startswith("qwen3_moe: ") and "NaN" not in d.find_element("tag name", "body").text
         images = d.find_elements("tag name", "img")
         assert all(d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", i) for i in images)
+    # control: a page that asks another host for an image is caught (the request fails offline, and is named)
+    leaky = tmp_path / "leaky.html"
+    leaky.write_text('<html><body><img src="http://example.invalid/x.png"></body></html>')
+    _open(d, leaky)
+    failed, _, outside = _checked(d, leaky, tmp_path)
+    assert failed == ["http://example.invalid/x.png: net::ERR_NAME_NOT_RESOLVED"] and outside == [
+        failed[0].split(": ")[0]
+    ]

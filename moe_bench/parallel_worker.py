@@ -42,22 +42,27 @@ from moe_bench.sharding import (
 from .synth import synthetic_config, synthetic_overrides
 
 # %% auto #0
-__all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'parallel_test_model',
-           'tp_degree', 'parallel_configs', 'make_batch', 'train_steps', 'reference_steps', 'compare_steps',
-           'run_config', 'negative_plans', 'model_results', 'worker']
+__all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'parallel_test_config',
+           'parallel_test_model', 'tp_degree', 'parallel_configs', 'make_batch', 'train_steps', 'reference_steps',
+           'compare_steps', 'run_config', 'negative_plans', 'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
-def parallel_test_model(
-    model: str, layers: int = 2, seed: int = 0
-) -> tuple[torch.nn.Module, object, dict[int, Expressed]]:
-    "The small float32 HF model of `model` with Titan's MoE swapped in; its config; the probe and expression of each MoE layer."
+def parallel_test_config(model: str, layers: int = 2):
+    "The small synthetic config phase 4 trains for `model`."
     real, _ = real_config(model)
     # at least as many layers as the Phase 2 rules keep to reach an MoE layer (lfm2_moe: `num_dense_layers` first)
     layers = max(layers, synthetic_config(model, small=True)[0].num_hidden_layers)
     overrides = synthetic_overrides(real, layers, small=True)
     if "first_k_dense_replace" in overrides:
         overrides["first_k_dense_replace"] = 1  # a dense layer first: its plan is exercised too
-    cfg = config_with(real, overrides)
+    return config_with(real, overrides)
+
+
+def parallel_test_model(
+    model: str, layers: int = 2, seed: int = 0
+) -> tuple[torch.nn.Module, object, dict[int, Expressed]]:
+    "The small float32 HF model of `model` with Titan's MoE swapped in; its config; the probe and expression of each MoE layer."
+    cfg = parallel_test_config(model, layers)
     hf = build_model(
         cfg, "cpu", torch.float32, lm_head=True
     )  # a text config without a causal-LM class gets a linear LM head

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .core import REPO_ROOT, reports_root
 from .report_pages import write_pages
+from .sharding import REPLICATED_WHY
 
 # %% auto #0
 __all__ = ['PHASE_FILES', 'IN_SCOPE', 'PHASE_COLUMNS', 'INDEX_STYLE', 'INDEX_SCRIPT', 'load_records', 'summary_row',
@@ -356,6 +357,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     lines += [
         f"- {m}: {p['status']}: {(p.get('reason') or p.get('error') or '').splitlines()[0][:300]}" for m, p in unrun
     ]
+    lines += _replicated_section(records)
     needs: dict[str, list[str]] = {}
     for m, r in records.items():
         for issue in r.get("probe", {}).get("issues") or []:
@@ -407,6 +409,39 @@ def _coverage_section(records: dict[str, dict[str, dict]]) -> list[str]:
         "",
     ]
     return lines + [f"- {m}: {w}" for m, w in why.items()]
+
+# %% ../nbs/05_compat_doc.ipynb #e613d5ec
+def _spec_key(spec: str) -> str:
+    "A plan entry's spec string as `STYLES` keys it: `replicate(mode=dtensor)` -> `replicate:dtensor`."
+    kind, _, opts = spec.partition("(")
+    mode = next((o.split("=", 1)[1] for o in opts.rstrip(")").split(", ") if o.startswith("mode=")), None)
+    return f"{kind}:{mode}" if mode else kind
+
+
+def _role(module: str) -> str:
+    "A module's name without the decoder and layer prefix: what it is in any layer."
+    parts = module.split(".")
+    return ".".join(parts[parts.index("layers") + 2 :]) if "layers" in parts else ".".join(parts[1:]) or module
+
+
+def _replicated_section(records: dict[str, dict[str, dict]]) -> list[str]:
+    "Each layout the phase 4 plans keep whole on the TP axis: why, and the modules (by role) with their models."
+    kept: dict[str, dict[str, set]] = {}
+    for m, r in records.items():
+        for e in r.get("parallelism", {}).get("plan") or []:
+            key = _spec_key(e["spec"])
+            if key in REPLICATED_WHY:
+                kept.setdefault(key, {}).setdefault(_role(e["module"]), set()).add(m)
+            elif key == "unshardable":
+                kept.setdefault(e["spec"], {}).setdefault(_role(e["module"]), set()).add(m)
+    if not kept:
+        return []
+    lines = ["", "## TP layouts kept whole, and why", "", "| layout | why | modules (models) |", "|---|---|---|"]
+    for key, roles in sorted(kept.items()):
+        why = REPLICATED_WHY.get(key) or "no correct TP layout known: the plan fails under TP"
+        mods = "; ".join(f"`{role}` ({', '.join(sorted(ms))})" for role, ms in sorted(roles.items()))
+        lines.append(f"| `{key}` | {why} | {mods} |")
+    return lines
 
 # %% ../nbs/05_compat_doc.ipynb #9c7f885e
 PHASE_COLUMNS = (  # the index's columns: a record's phase, and its heading

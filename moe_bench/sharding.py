@@ -52,10 +52,10 @@ from .hf import decoder, decoder_layers, embeddings
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
            'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS',
            'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES',
-           'HF_KIND_AGREES', 'STYLES', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
-           'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates',
-           'GatheredInputs', 'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form',
-           'apply_model_parallel', 'apply_fsdp']
+           'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan',
+           'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'RowwiseReplicated',
+           'GatherHiddenStates', 'GatheredInputs', 'register_local_map_attention', 'shared_gate_sharding',
+           'all_to_all_form', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -965,6 +965,25 @@ STYLES["gathered_norm:gated"] = lambda spec: GatheredInputs(
 STYLES["rowwise_replicated"] = lambda spec: RowwiseReplicated(partial_grad=spec.opt("grad", "partial") == "partial")
 STYLES["dtensor_region"] = lambda spec: _DTensorRegion(local=bool(spec.opt("local", False)))
 STYLES["head_sharded:dtensor"] = lambda spec: _ShardedOwnState()
+
+# %% ../nbs/04b_sharding.ipynb #318bd4dc
+REPLICATED_WHY = {  # spec key (kind, or "replicate:<mode>") -> why no sharding of that module's weights is correct
+    "replicate:dtensor": "a vector every head reads whole (MLA's low-rank 'a' latents and their norms, a DSA indexer's "
+    "shared key and its norms): a head shard needs all of it; torchtitan's DeepSeek-V3 plan keeps wq_a, wkv_a and their "
+    "norms Replicate too",
+    "replicate:plain": "a rotary embedding: buffers only (inv_freq), recomputed by every rank, nothing to shard",
+    "replicate:dtensor_outputs": "a rotary embedding whose cos/sin enter the local_map attention: buffers only, its "
+    "outputs Replicate DTensors",
+    "replicate:dtensor_state": "tensors on the decoder layer itself (gemma4's layer_scalar): one scalar for the whole "
+    "residual stream",
+    "replicate:local_rows": "a norm one head wide whose one weight every head shares (a gated norm run per head, Mamba1's "
+    "dt/B/C norms): each rank applies it to its own heads' rows, so the computation is sharded and the weight whole, "
+    "its gradient a partial sum",
+    "gathered_norm": "a q/k norm over the whole projection: it spans every head, so the rank's head shard is gathered, "
+    "normalised with the whole weight in the single process's order and split again (HF's olmoe plan gathers q/k/v too)",
+    "gathered_norm:gated": "Mamba2's gated norm over one group spanning every head: input and gate gathered, the whole "
+    "weight applied, the output split again",
+}
 
 # %% ../nbs/04b_sharding.ipynb #1bd0e9b2
 LOCAL_MAP_ATTENTION = "moe_bench_tp_local_map_sdpa"

@@ -410,7 +410,7 @@ def _coverage_section(records: dict[str, dict[str, dict]]) -> list[str]:
     ]
     return lines + [f"- {m}: {w}" for m, w in why.items()]
 
-# %% ../nbs/05_compat_doc.ipynb #e613d5ec
+# %% ../nbs/05_compat_doc.ipynb #4b545ccc
 def _spec_key(spec: str) -> str:
     "A plan entry's spec string as `STYLES` keys it: `replicate(mode=dtensor)` -> `replicate:dtensor`."
     kind, _, opts = spec.partition("(")
@@ -421,7 +421,9 @@ def _spec_key(spec: str) -> str:
 def _role(module: str) -> str:
     "A module's name without the decoder and layer prefix: what it is in any layer."
     parts = module.split(".")
-    return ".".join(parts[parts.index("layers") + 2 :]) if "layers" in parts else ".".join(parts[1:]) or module
+    if "layers" in parts:
+        return ".".join(parts[parts.index("layers") + 2 :]) or "(the decoder layer itself)"
+    return ".".join(parts[1:]) or module
 
 
 def _replicated_section(records: dict[str, dict[str, dict]]) -> list[str]:
@@ -438,9 +440,10 @@ def _replicated_section(records: dict[str, dict[str, dict]]) -> list[str]:
         return []
     lines = ["", "## TP layouts kept whole, and why", "", "| layout | why | modules (models) |", "|---|---|---|"]
     for key, roles in sorted(kept.items()):
-        why = REPLICATED_WHY.get(key) or "no correct TP layout known: the plan fails under TP"
+        layout, _, reason = key.partition("(reason=")  # an unshardable entry's reason is the plan's own
+        why = REPLICATED_WHY.get(key) or f"{reason.removesuffix(')')}: no TP layout known, so the plan fails under TP"
         mods = "; ".join(f"`{role}` ({', '.join(sorted(ms))})" for role, ms in sorted(roles.items()))
-        lines.append(f"| `{key}` | {why} | {mods} |")
+        lines.append(f"| `{layout}` | {why} | {mods} |")
     return lines
 
 # %% ../nbs/05_compat_doc.ipynb #9c7f885e

@@ -966,11 +966,12 @@ STYLES["rowwise_replicated"] = lambda spec: RowwiseReplicated(partial_grad=spec.
 STYLES["dtensor_region"] = lambda spec: _DTensorRegion(local=bool(spec.opt("local", False)))
 STYLES["head_sharded:dtensor"] = lambda spec: _ShardedOwnState()
 
-# %% ../nbs/04b_sharding.ipynb #318bd4dc
+# %% ../nbs/04b_sharding.ipynb #b5db5276
 REPLICATED_WHY = {  # spec key (kind, or "replicate:<mode>") -> why no sharding of that module's weights is correct
-    "replicate:dtensor": "a vector every head reads whole (MLA's low-rank 'a' latents and their norms, a DSA indexer's "
-    "shared key and its norms): a head shard needs all of it; torchtitan's DeepSeek-V3 plan keeps wq_a, wkv_a and their "
-    "norms Replicate too",
+    "replicate:dtensor": "a vector every head reads whole: the low-rank 'a' projection of a factorised per-head "
+    "projection and its norm (MLA's q and kv latents, kimi_linear's forget and output gates), a DSA indexer's shared key "
+    "and its norms: a head shard needs all of it; torchtitan's DeepSeek-V3 plan keeps wq_a, wkv_a and their norms "
+    "Replicate too",
     "replicate:plain": "a rotary embedding: buffers only (inv_freq), recomputed by every rank, nothing to shard",
     "replicate:dtensor_outputs": "a rotary embedding whose cos/sin enter the local_map attention: buffers only, its "
     "outputs Replicate DTensors",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from pathlib import Path
 
 from .core import REPO_ROOT, reports_root
@@ -418,6 +419,12 @@ def _spec_key(spec: str) -> str:
     return f"{kind}:{mode}" if mode else kind
 
 
+def _spec_reason(spec: str) -> str | None:
+    "The `reason=` option of a plan entry's spec string, where it has one."
+    found = re.search(r"reason=(.*?)(?:, \w+=|\)$)", spec)
+    return found and found.group(1)
+
+
 def _role(module: str) -> str:
     "A module's name without the decoder and layer prefix: what it is in any layer."
     parts = module.split(".")
@@ -431,19 +438,19 @@ def _replicated_section(records: dict[str, dict[str, dict]]) -> list[str]:
     kept: dict[str, dict[str, set]] = {}
     for m, r in records.items():
         for e in r.get("parallelism", {}).get("plan") or []:
-            key = _spec_key(e["spec"])
-            if key in REPLICATED_WHY:
-                kept.setdefault(key, {}).setdefault(_role(e["module"]), set()).add(m)
-            elif key == "unshardable":
-                kept.setdefault(e["spec"], {}).setdefault(_role(e["module"]), set()).add(m)
+            key, own = _spec_key(e["spec"]), _spec_reason(e["spec"])
+            if key in REPLICATED_WHY or key == "unshardable":
+                kept.setdefault((key, own), {}).setdefault(_role(e["module"]), set()).add(m)
     if not kept:
         return []
     lines = ["", "## TP layouts kept whole, and why", "", "| layout | why | modules (models) |", "|---|---|---|"]
-    for key, roles in sorted(kept.items()):
-        layout, _, reason = key.partition("(reason=")  # an unshardable entry's reason is the plan's own
-        why = REPLICATED_WHY.get(key) or f"{reason.removesuffix(')')}: no TP layout known, so the plan fails under TP"
+    for (key, own), roles in sorted(kept.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        if key == "unshardable":
+            why = f"{own}: no TP layout known, so the plan fails under TP"
+        else:  # the plan entry's own reason where it gives one (jetmoe's router), else the layout's
+            why = own or REPLICATED_WHY[key]
         mods = "; ".join(f"`{role}` ({', '.join(sorted(ms))})" for role, ms in sorted(roles.items()))
-        lines.append(f"| `{layout}` | {why} | {mods} |")
+        lines.append(f"| `{key}` | {why} | {mods} |")
     return lines
 
 # %% ../nbs/05_compat_doc.ipynb #9c7f885e

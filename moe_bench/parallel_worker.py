@@ -372,8 +372,13 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
                 "parity check",
             )
         )
-    rows = next(
-        (e.pattern for e in plan.entries if e.spec.kind == "replicate" and e.spec.opt("mode") == "local_rows"), None
+    rows = next(  # a bias added once (jetmoe's MoA) is more than a reduction: the router beside it is the one to break
+        (
+            e.pattern
+            for e in plan.entries
+            if e.spec.kind == "replicate" and e.spec.opt("mode") == "local_rows" and not e.spec.opt("once")
+        ),
+        None,
     )
     if rows:
         out.append(
@@ -422,6 +427,18 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
                     [e._replace(spec=gqa[e.spec.kind]) if inside(e.pattern) else e for e in plan.entries],
                     plan.attention,
                 ),
+                True,
+                "parity check",
+            )
+        )
+    partial = next((e for e in plan.entries if e.spec.kind == "partial_region"), None)
+    # the natural mistake: the gathered input left local as `PrepareModuleInput` leaves it, its gradient whole
+    if partial:
+        name = partial.pattern.rsplit(".", 1)[-1]
+        out.append(
+            (
+                f"wrong reduction: {name}'s input gradient taken whole on each rank, not summed over its heads' shares",
+                plan.replaced(f"*.{name}", S("partial_region", **dict(partial.spec.opts) | dict(grad="replicate"))),
                 True,
                 "parity check",
             )

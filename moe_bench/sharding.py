@@ -51,11 +51,12 @@ from .hf import decoder, decoder_layers, embeddings
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
            'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS',
-           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES',
-           'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan',
-           'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'parallel_style', 'RowwiseReplicated',
-           'GatherHiddenStates', 'GatheredInputs', 'register_local_map_attention', 'shared_gate_sharding',
-           'all_to_all_form', 'apply_model_parallel', 'apply_fsdp']
+           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'MOA',
+           'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec',
+           'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'parallel_style',
+           'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'GatheredInputs',
+           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel',
+           'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -72,7 +73,7 @@ STATE_KINDS = (
     "titan_moe",
     "unshardable",
 )
-BOUNDARY_KINDS = ("gather_input", "dtensor_region")
+BOUNDARY_KINDS = ("gather_input", "dtensor_region", "partial_region")
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,8 @@ def _num_heads(attn: nn.Module) -> int:
 def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
     "Entries of one attention module and the attention mode it needs (None: not a layout the rules know)."
     kids = {n for n, _ in attn.named_children()}
+    if set(MOA) <= kids and set(MOA_EXPERTS) <= {n for n, _ in attn.experts.named_children()}:
+        return _moa_entries(name, attn), "local"
     if "kv_a_proj_with_mqa" in kids:
         # an attention that reads position_ids itself (mistral4's llama-4 query scale) gets them as a Replicate DTensor
         lifted = dict(replicated="position_ids") if "position_ids" in inspect.signature(attn.forward).parameters else {}
@@ -633,6 +636,59 @@ def _lightning_entries(name: str, attn: nn.Module) -> list:
         Entry(f"{name}.out_proj", S("rowwise_sp")),
     ]
 
+# %% ../nbs/04b_sharding.ipynb #71e60c2a
+# a mixture of attention heads (jetmoe's MoA): in `experts`, per-expert query and output projections ((E, out, in)
+# each), a router and an output bias; beside it one Linear to [k; v], shared by every expert
+MOA = ("experts", "kv_proj")
+MOA_EXPERTS = ("input_linear", "output_linear", "router")
+MOA_WIDTHS = ("hidden_size",)  # what the MoA's map/reduce read of an expert's query width (kv heads x head dim)
+
+
+def _moa_entries(name: str, attn: nn.Module) -> list:
+    "Entries of a mixture of attention heads (`MOA`): sharded on its kv heads, each expert's projections with them."
+    moa, hidden = attn.experts, attn.kv_proj.in_features
+    width = attn.num_key_value_heads * attn.head_dim  # an expert's query heads: one per kv head
+    q, o = moa.input_linear.weight, moa.output_linear.weight  # (E, width, hidden), (E, hidden, width)
+    outside = [n for n, p in moa.named_parameters(recurse=False) if p.shape != (hidden,)]
+    if (
+        outside
+        or q.shape[1:] != (width, hidden)
+        or o.shape[1:] != (hidden, width)
+        or attn.kv_proj.out_features != 2 * width
+    ):
+        return [
+            Entry(f"{name}.experts", S("unshardable", reason=f"MoA state {outside} or projections not per kv head"))
+        ]
+    src = inspect.getsource(type(attn).forward)
+    counts = tuple(a for a in HEAD_COUNTS if isinstance(getattr(attn, a, None), int) and f"self.{a}" in src)
+    router = [
+        f"{name}.experts.router" + (f".{n}" if n else "") for n, m in moa.router.named_modules() if _has_own_state(m)
+    ]
+    return [
+        Entry(name, S("partial_region", kwarg="hidden_states", **(dict(local_counts=counts) if counts else {}))),
+        Entry(
+            f"{name}.experts",
+            S(
+                "replicate",
+                mode="local_rows",
+                once=True,
+                read_by="owner",  # HF's reduce, called by the attention's forward, reads it
+                local_counts=tuple(a for a in MOA_WIDTHS if _reads(type(moa), a)),
+                reason="the output bias, added inside HF's reduce to each rank's partial sum: added once",
+            ),
+        ),
+        Entry(f"{name}.experts.input_linear", S("head_sharded", dim=1)),  # each expert's query rows: its heads
+        Entry(f"{name}.experts.output_linear", S("head_sharded", dim=2)),  # each expert's input columns: its heads
+        *[
+            Entry(
+                r,
+                S("replicate", mode="local_rows", reason="routes each token over all experts: the same on every rank"),
+            )
+            for r in router
+        ],
+        Entry(f"{name}.kv_proj", S("blockwise", sections=(width, width))),  # [k; v], each on its kv heads
+    ]
+
 # %% ../nbs/04b_sharding.ipynb #4acda56a
 HF_KIND_AGREES = {
     "colwise": {"colwise"},
@@ -738,12 +794,13 @@ class _ReplicateOwnState:
 
 
 class _HeadShardedState:
-    """A module's own parameters sharded on dim 0 (one value per head) as DTensors; inside its forward the module reads
+    """A module's own parameters sharded on their head dim (the first beside unit ones: one value per head; or `dim`:
+    a per-expert projection (E, out, in) on its heads' rows or columns) as DTensors; inside its forward the module reads
     each one's local shard, its gradient going back as that shard: torchtitan's gpt-oss sinks
     (`sinks.to_local(grad_placements=sinks.placements)`), for an HF module that reads the attribute itself."""
 
-    def __init__(self, gather: ParallelStyle | None, buffers: tuple[str, ...] = ()):
-        self.gather, self.buffers = gather, buffers
+    def __init__(self, gather: ParallelStyle | None, buffers: tuple[str, ...] = (), dim: int | None = None):
+        self.gather, self.buffers, self.dim = gather, buffers, dim
 
     def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         for n in self.buffers:  # constants one row per head (minimax's decays): the rank's heads, plain tensors
@@ -754,7 +811,7 @@ class _HeadShardedState:
         names = [n for n, _ in module.named_parameters(recurse=False)]
         for n in names:
             p = module._parameters[n]
-            heads = next((i for i, s in enumerate(p.shape) if s != 1), 0)  # kimi_linear's A_log is (1, 1, H, 1)
+            heads = self.dim if self.dim is not None else next((i for i, s in enumerate(p.shape) if s != 1), 0)
             module.register_parameter(
                 n, nn.Parameter(distribute_tensor(p.data, mesh, [Shard(heads)]), requires_grad=p.requires_grad)
             )
@@ -789,11 +846,13 @@ class _LocalRowsState:
     """A module's own parameters whole on every rank (Replicate DTensors); the forward that reads them sees plain local
     tensors: with `sections`, each section along dim 0 split over the ranks and the rank's pieces concatenated (HF's
     deltanet runs one depthwise conv over cat(q, k, v): each of q, k and v goes with its heads, as torchtitan's three
-    convs do, each Shard(0)); without, the whole (a per-head norm applied to the rank's heads). The gradient comes
-    back as a partial sum (`to_local(grad_placements=[Partial()])`), summed over the TP ranks where it is read."""
+    convs do, each Shard(0)); without, the whole (a per-head norm applied to the rank's heads); with `once`, the whole
+    on the first rank and zero on the others (a bias HF's forward adds to each rank's partial sum: added once). The
+    gradient comes back as a partial sum (`to_local(grad_placements=[Partial()])`), summed over the TP ranks where it
+    is read."""
 
-    def __init__(self, sections: tuple[int, ...] = (), whole: tuple[int, ...] = ()):
-        self.sections, self.kept = sections, whole
+    def __init__(self, sections: tuple[int, ...] = (), whole: tuple[int, ...] = (), once: bool = False):
+        self.sections, self.kept, self.once = sections, whole, once
 
     def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         names = [n for n, _ in module.named_parameters(recurse=False)]
@@ -811,6 +870,8 @@ class _LocalRowsState:
             module._whole = {n: module._parameters[n] for n in names}  # FSDP may have set new ones since apply
             for n, p in module._whole.items():
                 whole = p.to_local(grad_placements=[Partial()])
+                if self.once and rank > 0:  # zero, still in the graph: every rank's gradient joins the sum
+                    whole = whole * 0
                 module._parameters[n] = (
                     _rank_rows(whole, self.sections, rank, size, self.kept) if self.sections else whole
                 )
@@ -858,11 +919,12 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
     "head_sharded": lambda spec: _HeadShardedState(
         GatherHiddenStates() if spec.opt("gather") else _gather_input(spec) if spec.opt("kwarg") else None,
         spec.opt("buffers", ()),
+        spec.opt("dim"),  # kimi_linear's A_log is (1, 1, H, 1): its head dim found; jetmoe's experts' given
     ),
     "blockwise": lambda spec: _LocalRowsState(spec.opt("sections"), spec.opt("whole", ())),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),
-    "replicate:local_rows": lambda spec: _LocalRowsState(),
+    "replicate:local_rows": lambda spec: _LocalRowsState(once=bool(spec.opt("once", False))),
     "replicate:dtensor_outputs": _replicated_outputs,
     "replicate:plain": lambda spec: None,  # a plain tensor: nothing to do
     "gather_input": _gather_input,
@@ -947,6 +1009,40 @@ class GatherHiddenStates(ParallelStyle):
         return module
 
 
+class PartialSumRegion(ParallelStyle):
+    """A stateless module whose forward runs on the rank's heads in plain tensors from input to output (jetmoe's MoA:
+    HF's forward routes, projects and sums its experts itself): the sequence-sharded `kwarg` gathered to a local
+    tensor whose gradient is the rank's share, a partial sum reduce-scattered back; the first output the rank's
+    partial sum, reduce-scattered to the sequence shards (a row-wise projection's output). With `partial_grad=False` (a
+    negative control's layout) each rank's share of the input's gradient is taken for the whole."""
+
+    def __init__(self, kwarg: str, partial_grad: bool = True):
+        super().__init__()
+        self.kwarg, self.partial_grad = kwarg, partial_grad
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        grad = [Partial()] if self.partial_grad else None
+
+        def gather(t):
+            t = t if isinstance(t, DTensor) else DTensor.from_local(t, device_mesh, [Shard(1)], run_check=False)
+            return t.redistribute(placements=[Replicate()]).to_local(grad_placements=grad)
+
+        def inputs(mod, args, kwargs):
+            if args:
+                return (gather(args[0]), *args[1:]), kwargs
+            return args, kwargs | {self.kwarg: gather(kwargs[self.kwarg])}
+
+        def output(mod, args, kwargs, out):
+            first = out[0] if isinstance(out, tuple) else out
+            summed = DTensor.from_local(first, device_mesh, [Partial()], run_check=False)
+            summed = summed.redistribute(placements=[Shard(1)])
+            return (summed, *out[1:]) if isinstance(out, tuple) else summed
+
+        module.register_forward_pre_hook(inputs, with_kwargs=True)
+        module.register_forward_hook(output, with_kwargs=True)
+        return module
+
+
 class GatheredInputs(NoParallel):
     "torchtitan's `NoParallel` gathering every tensor input (a gated norm's input and its gate), not only the first."
 
@@ -965,6 +1061,7 @@ STYLES["gathered_norm:gated"] = lambda spec: GatheredInputs(
 STYLES["rowwise_replicated"] = lambda spec: RowwiseReplicated(partial_grad=spec.opt("grad", "partial") == "partial")
 STYLES["dtensor_region"] = lambda spec: _DTensorRegion(local=bool(spec.opt("local", False)))
 STYLES["head_sharded:dtensor"] = lambda spec: _ShardedOwnState()
+STYLES["partial_region"] = lambda spec: PartialSumRegion(spec.opt("kwarg"), spec.opt("grad", "partial") == "partial")
 
 # %% ../nbs/04b_sharding.ipynb #b5db5276
 REPLICATED_WHY = {  # spec key (kind, or "replicate:<mode>") -> why no sharding of that module's weights is correct

@@ -12,8 +12,12 @@ GQA recipe (each rank's top-k over its own heads), and jamba's Mamba1 mixer shar
 `x_proj` `rowwise_replicated` (caught when each rank's share of the gradient of dt, B and C is taken for the whole),
 and the Mamba2 mixers: nemotron_h's (eight groups: B and C split with their heads; `in_proj` `blockwise` in its five
 sections) and granitemoehybrid's (one group: B and C whole on every rank, the gated norm over the group
-`gathered_norm(mode=gated)`, caught when run on each rank's heads). One torchrun launch per world size, the TP
-configuration alone, on the small models; at world size 4 only the models whose TP degree reaches 4 there."""
+`gathered_norm(mode=gated)`, caught when run on each rank's heads), and jetmoe's mixture of attention heads
+(`partial_region`: its forward runs on the rank's kv heads, each expert's query and output projections
+`head_sharded` on dims 1 and 2, `kv_proj` `blockwise` in its k and v sections, the router and the output bias (added
+once) replicated; its output a partial sum reduce-scattered, caught when each rank's share of its input's gradient is
+taken for the whole). One torchrun launch per world size, the TP configuration alone, on the small models; at world
+size 4 only the models whose TP degree reaches 4 there."""
 
 import json
 
@@ -62,6 +66,7 @@ CASES = [
         "wrong reduction: the indexer's top-k over each rank's own",
         "parity check",
     ),
+    ("jetmoe", "partial_region", "self_attention", "wrong reduction: self_attention's input gradient", "parity check"),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 # World size 4 holds the models whose TP degree reaches 4 there. Most small configs have 2 kv heads, so at world

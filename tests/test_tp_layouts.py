@@ -12,8 +12,10 @@ GQA recipe (each rank's top-k over its own heads), and jamba's Mamba1 mixer shar
 `x_proj` `rowwise_replicated` (caught when each rank's share of the gradient of dt, B and C is taken for the whole),
 and the Mamba2 mixers: nemotron_h's (eight groups: B and C split with their heads; `in_proj` `blockwise` in its five
 sections) and granitemoehybrid's (one group: B and C whole on every rank, the gated norm over the group
-`gathered_norm(mode=gated)`, caught when run on each rank's heads). One torchrun launch per world size, the TP
-configuration alone, on the small models."""
+`gathered_norm(mode=gated)`, caught when run on each rank's heads), and longcat_flash's layer of module lists (two
+attentions, two MLPs, two pairs of norms, each item planned as a child; caught when the norms of the lists are left
+out) beside its identity experts' TP form. One torchrun launch per world size, the TP configuration alone, on the
+small models."""
 
 import json
 
@@ -60,6 +62,13 @@ CASES = [
         "softmax_scaling",
         "wrong reduction: the indexer's top-k over each rank's own",
         "parity check",
+    ),
+    (
+        "longcat_flash",
+        "norm_sp",
+        "post_attention_layernorm.1",
+        "removed: post-attention norms left out of the plan",
+        "setup check",
     ),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank

@@ -771,7 +771,7 @@ class ScoreBeforeExpertsDispatcher(LocalTokenDispatcher):
 # %% ../nbs/00e_extensions.ipynb #8763a12b2bbd4a93a75aff182afb95dc
 IDENTITY_EXPERTS_CORE_CHANGE = (
     "identity_experts: GroupedExperts whose last experts return their input (zero-compute experts, LongCat-Flash), "
-    "routed and weighted like the others; under EP their rows stay on their rank"
+    "routed and weighted like the others"
 )
 IDENTITY_ROWS = ("w1_EFD", "w3_EFD")  # the weights HF holds identity experts' rows of (its gate_up_proj), never read
 

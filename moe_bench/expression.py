@@ -35,6 +35,7 @@ from moe_bench.extensions import (
     CLAMPED_GLU_CORE_CHANGE,
     EXPERT_PROJECTIONS_CORE_CHANGE,
     IDENTITY_EXPERTS_CORE_CHANGE,
+    IDENTITY_ROWS,
     LAYER_MOE_CORE_CHANGES,
     LOGIT_BIAS_CORE_CHANGE,
     LOGIT_MULTIPLIER_CORE_CHANGE,
@@ -57,6 +58,7 @@ from moe_bench.extensions import (
     ClampedGluGroupedExperts,
     ExpertProjectionsMoE,
     GammaSharedExperts,
+    IdentityTailDispatcher,
     IdentityTailGroupedExperts,
     InputDtypeGptOssExperts,
     LogitBiasRouter,
@@ -133,10 +135,10 @@ __all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NO
            'non_gated_applies', 'non_gated_rules', 'output_bias_attr', 'output_bias_applies', 'with_topk_softmax',
            'with_route_norm_p', 'output_norm_attr', 'output_norm_applies', 'ExpertProjections', 'expert_projections_of',
            'expert_projections_rules', 'expert_projections_applies', 'expert_projections_config',
-           'score_before_experts_applies', 'identity_experts_applies', 'router_weighted_shared_applies',
-           'router_mlp_applies', 'skip_classes_exercised_', 'modality_probes', 'per_modality_applies',
-           'PerModalityBlock', 'mixed_modality_inputs', 'padded_experts_applies', 'with_score_func',
-           'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
+           'score_before_experts_applies', 'identity_experts_applies', 'identity_rows_apart', 'identity_rows_joined',
+           'router_weighted_shared_applies', 'router_mlp_applies', 'skip_classes_exercised_', 'modality_probes',
+           'per_modality_applies', 'PerModalityBlock', 'mixed_modality_inputs', 'padded_experts_applies',
+           'with_score_func', 'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -726,16 +728,38 @@ def identity_experts_applies(block: nn.Module, probe: MoEProbe) -> bool:
     return probe.issues == titan_blockers(probe) and not titan_blockers(as_core)
 
 
+def identity_rows_apart(state: dict, computing: int) -> dict:
+    "A Titan state in the core's keys with `IDENTITY_ROWS` cut after the computing experts: the rest as `identity_*`."
+    out = dict(state)
+    for w in IDENTITY_ROWS:
+        whole = out.pop(f"{TITAN_EXPERTS}.{w}")
+        out[f"{TITAN_EXPERTS}.{w}"], out[f"{TITAN_EXPERTS}.identity_{w}"] = whole[:computing], whole[computing:]
+    return out
+
+
+def identity_rows_joined(state: dict) -> dict:
+    "The inverse of `identity_rows_apart`: the core's keys again."
+    out = dict(state)
+    for w in IDENTITY_ROWS:
+        out[f"{TITAN_EXPERTS}.{w}"] = torch.cat([out[f"{TITAN_EXPERTS}.{w}"], out.pop(f"{TITAN_EXPERTS}.identity_{w}")])
+    return out
+
+
 def _build_identity_experts(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+    computing = probe.num_experts - probe.identity_experts
     with torch.device("meta"):
         titan = titan_moe_config(probe, check=False).build()
         experts = titan.routed_experts.inner_experts
-        computing = probe.num_experts - probe.identity_experts
-        experts.w2_EDF = nn.Parameter(experts.w2_EDF[:computing].clone())  # down projections of the computing ones
+        for w in ("w1_EFD", "w2_EDF", "w3_EFD"):  # the computing experts' weights
+            rest = getattr(experts, w)[computing:]
+            setattr(experts, w, nn.Parameter(getattr(experts, w)[:computing].clone()))
+            if w in IDENTITY_ROWS:
+                experts.register_buffer(f"identity_{w}", rest.clone())
     experts.__class__ = IdentityTailGroupedExperts
-    return load_titan_state_(
-        titan, hf_block_to_titan(block.state_dict(), probe), probe.num_experts, gate_float32, share
-    )
+    titan.routed_experts.token_dispatcher.__class__ = IdentityTailDispatcher
+    titan.routed_experts.token_dispatcher.num_computing = computing
+    state = identity_rows_apart(hf_block_to_titan(block.state_dict(), probe), computing)
+    return load_titan_state_(titan, state, probe.num_experts, gate_float32, share)
 
 
 IDENTITY_EXPERTS = block_prototype(
@@ -743,6 +767,11 @@ IDENTITY_EXPERTS = block_prototype(
     core_changes=(IDENTITY_EXPERTS_CORE_CHANGE,),
     applies=identity_experts_applies,
     build=_build_identity_experts,
+    export=lambda titan, block, probe: titan_block_to_hf(identity_rows_joined(dict(titan.state_dict())), probe),
+    # the identity experts' unread rows take their weights' layouts: split on the hidden width under TP, on experts
+    # under EP
+    expert_param_layout=dict(_GROUPED_EXPERTS_PARAM_LAYOUT)
+    | {f"identity_{w}": _GROUPED_EXPERTS_PARAM_LAYOUT[w] for w in IDENTITY_ROWS},
 )
 
 # %% ../nbs/00f_expression.ipynb #26d9dc3cff854bbb91d4e14dfbf1826f

@@ -24,7 +24,12 @@ from torchtitan.models.common import moe as titan_moe
 from torchtitan.models.common.decoder_sharding import dense_param_placement
 from torchtitan.models.common.feed_forward import FeedForward
 from torchtitan.models.common.moe import GroupedExperts, MoE, RoutedExperts, TokenChoiceTopKRouter
-from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
+from torchtitan.models.common.token_dispatcher import (
+    AllToAllDispatchMetadata,
+    AllToAllTokenDispatcher,
+    LocalDispatchMetadata,
+    LocalTokenDispatcher,
+)
 from torchtitan.models.gpt_oss.moe import GptOssGroupedExperts, ScaleBiasForward, swiglu
 from torchtitan.ops.scatter_add import deterministic_scatter_add
 from torchtitan.protocols.sharding import ShardingConfig
@@ -37,9 +42,9 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'SPARSEMIXER_CORE_CHANGE',
            'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'SOFTCAPPED_GLU_CORE_CHANGE', 'OUTPUT_NORM_CORE_CHANGE',
            'NORM_FORMS', 'EXPERT_PROJECTIONS_CORE_CHANGE', 'LOGIT_MULTIPLIER_CORE_CHANGE',
-           'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'PER_MODALITY_CORE_CHANGE',
-           'ROUTER_WEIGHTED_SHARED_CORE_CHANGE', 'ROUTER_MLP_CORE_CHANGE', 'SKIP_CLASS_CORE_CHANGE',
-           'ROUTER_STATE_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
+           'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'IDENTITY_ROWS',
+           'PER_MODALITY_CORE_CHANGE', 'ROUTER_WEIGHTED_SHARED_CORE_CHANGE', 'ROUTER_MLP_CORE_CHANGE',
+           'SKIP_CLASS_CORE_CHANGE', 'ROUTER_STATE_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
            'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE', 'ROUTE_NORM_P_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES',
            'Float32CombineDispatcher', 'Extension', 'float32_combine_', 'applicable_extensions',
            'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
@@ -48,14 +53,15 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward',
            'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE', 'output_norm_sharding',
            'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts', 'ExpertProjectionsMoE',
-           'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'routed_output',
-           'PerModalityMoE', 'mixed_modality_mask', 'SharedScoringRouter', 'GammaSharedExperts',
-           'WeightDtypeCombineDispatcher', 'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter',
-           'RouterStateMoE', 'RouterStateBlock', 'padded_width', 'pad_experts_', 'unpad_experts',
-           'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE',
-           'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE',
-           'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
-           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
+           'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts',
+           'IdentityTailDispatcher', 'IdentityRowsMetadata', 'IdentityTailAllToAll', 'routed_output', 'PerModalityMoE',
+           'mixed_modality_mask', 'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher',
+           'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock',
+           'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
+           'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter',
+           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
+           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
+           'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -767,10 +773,20 @@ IDENTITY_EXPERTS_CORE_CHANGE = (
     "identity_experts: GroupedExperts whose last experts return their input (zero-compute experts, LongCat-Flash), "
     "routed and weighted like the others"
 )
+IDENTITY_ROWS = ("w1_EFD", "w3_EFD")  # the weights HF holds identity experts' rows of (its gate_up_proj), never read
+
+
+def _split_within_experts(w: torch.Tensor) -> bool:
+    "Whether the first rank of every mesh dim that splits `w` within its experts (dim 1 or 2: TP) is this one's."
+    if not isinstance(w, DTensor):
+        return True
+    dims = [i for i, p in enumerate(w.placements) if isinstance(p, Shard) and p.dim > 0]
+    return all(w.device_mesh.get_local_rank(i) == 0 for i in dims)
 
 
 class IdentityTailGroupedExperts(GroupedExperts):
-    "Prototype of the core change: `GroupedExperts` whose experts past `w2_EDF`'s count are identities."
+    """Prototype of the core change: `GroupedExperts` holding the computing experts, the rows past theirs in
+    `num_tokens_per_expert_E` the identity experts'."""
 
     compute_in_input_dtype = False  # upstream computes in bfloat16; `cpu_compat` sets True, as for GroupedExperts
 
@@ -780,16 +796,65 @@ class IdentityTailGroupedExperts(GroupedExperts):
         return grouped_gated_mlp(experts, x_RD, num_tokens_per_expert_E, F.silu, dtype)
 
     def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
-        computing = self.w2_EDF.shape[0]
+        w2_EDF = self.w2_EDF
+        # the computing experts here: all of them, or under EP this rank's (the identity rows then stayed behind)
+        computing = (w2_EDF.to_local() if isinstance(w2_EDF, DTensor) else w2_EDF).shape[0]
         rows = int(num_tokens_per_expert_E[:computing].sum())  # the dispatcher's rows are grouped by expert, in order
-        experts = SimpleNamespace(  # the computing experts, as `grouped_gated_mlp` reads an experts module
-            w1_EFD=self.w1_EFD[:computing],
-            w2_EDF=self.w2_EDF,
-            w3_EFD=self.w3_EFD[:computing],
-            _grouped_mm=self._grouped_mm,
+        out_RD = self.computing_forward(self, x_RD[:rows], num_tokens_per_expert_E[:computing])
+        identity_RD = x_RD[rows:].to(out_RD.dtype)
+        if not _split_within_experts(w2_EDF):  # TP: the output is summed over the ranks; one rank gives these rows
+            identity_RD = torch.zeros_like(identity_RD)
+        return torch.cat([out_RD, identity_RD])
+
+# %% ../nbs/00e_extensions.ipynb #b8d4f2e3
+class IdentityTailDispatcher(LocalTokenDispatcher):
+    "The identity_experts prototype's local dispatcher: the core's, knowing how many experts compute."
+
+    num_computing: int  # set by the expression's build: the experts before the identity ones
+    all_to_all: type  # its expert-parallel form: `IdentityTailAllToAll`, below
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdentityRowsMetadata(AllToAllDispatchMetadata):
+    "The all-to-all's metadata, and the identity experts' rows that stayed on this rank with their tokens and scores."
+
+    identity_rows_ID: torch.Tensor  # I: the identity rows
+    identity: LocalDispatchMetadata
+
+
+class IdentityTailAllToAll(IdentityTailDispatcher, AllToAllTokenDispatcher):
+    """torchtitan's all-to-all dispatch over the computing experts alone; the identity experts' rows stay on their
+    rank and are weighed and added in the combine."""
+
+    def _local_reorder(self, x_TD, topk_scores_TK, topk_expert_ids_TK):
+        routed_ND, token_indices_N, scores_N = super()._local_reorder(x_TD, topk_scores_TK, topk_expert_ids_TK)
+        if self.ep_mesh is None:
+            return routed_ND, token_indices_N, scores_N
+        n = int((topk_expert_ids_TK < self.num_computing).sum())  # sorted by expert: the identity rows come last
+        identity = LocalDispatchMetadata(
+            token_indices_experts_sorted_N=token_indices_N[n:], topk_scores_experts_sorted_N=scores_N[n:]
         )
-        out_RD = self.computing_forward(experts, x_RD[:rows], num_tokens_per_expert_E[:computing])
-        return torch.cat([out_RD, x_RD[rows:].to(out_RD.dtype)])
+        self._staying = (routed_ND[n:], identity)  # taken by `dispatch` as soon as torchtitan's returns
+        return routed_ND[:n], token_indices_N[:n], scores_N[:n]
+
+    def dispatch(self, x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E):
+        if self.ep_mesh is None:
+            return super().dispatch(x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E)
+        computing_C = num_local_tokens_per_expert_E[: self.num_computing]  # the counts the all-to-all exchanges
+        routed_RD, counts_e, sent = super().dispatch(x_TD, topk_scores_TK, topk_expert_ids_TK, computing_C)
+        rows_ID, identity = self.__dict__.pop("_staying")
+        fields = {f.name: getattr(sent, f.name) for f in dataclasses.fields(sent)}
+        return routed_RD, counts_e, IdentityRowsMetadata(**fields, identity_rows_ID=rows_ID, identity=identity)
+
+    def combine(self, routed_output_RD, metadata, x_TD):
+        out_TD = super().combine(routed_output_RD, metadata, x_TD)
+        if not isinstance(metadata, IdentityRowsMetadata):
+            return out_TD
+        rows_ID = metadata.identity_rows_ID.to(routed_output_RD.dtype)  # as the experts return them locally
+        return out_TD + LocalTokenDispatcher.combine(self, rows_ID, metadata.identity, x_TD)
+
+
+IdentityTailDispatcher.all_to_all = IdentityTailAllToAll
 
 # %% ../nbs/00e_extensions.ipynb #5876fc23
 PER_MODALITY_CORE_CHANGE = (

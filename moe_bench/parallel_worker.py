@@ -299,15 +299,17 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
 def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan, bool, str]]:
     "(label, wrong plan, role rules on, what must catch it) for the model's plan."
     # the norms inside a decoder layer (an indexed name: model.layers.0, dbrx's transformer.blocks.0), not the final one
+    # each named by its last word that is not a list index (longcat_flash's `post_attention_layernorm.0` and `.1`)
     norms = [
-        e.pattern.rsplit(".", 1)[-1]
+        next(p for p in reversed(e.pattern.split(".")) if not p.isdigit())
         for e in plan.entries
         if e.spec.kind == "norm_sp" and any(p.isdigit() for p in e.pattern.split("."))
     ]
     # cohere2 and other parallel blocks have one norm per layer: the control removes that one
     norm = "post_attention_layernorm" if "post_attention_layernorm" in norms else norms[0]
     what = "post-attention norms" if norm == "post_attention_layernorm" else f"every {norm}"
-    out = [(f"removed: {what} left out of the plan", plan.without(f"*.{norm}"), True, "setup check")]
+    listed = not any(e.pattern.endswith(f".{norm}") for e in plan.entries)
+    out = [(f"removed: {what} left out of the plan", plan.without(f"*.{norm}" + ".*" * listed), True, "setup check")]
     if plan.attention == "local_map":  # MLA sharded with the GQA recipe: local head shards, the "a" projections plain
         naive = {
             "replicate": lambda s: S("replicate", mode="plain"),

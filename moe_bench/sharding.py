@@ -604,11 +604,12 @@ def _fused_qkv_entries(name: str, attn: nn.Module, fused: str, o_proj: str) -> l
 
 def _layer_children(layer: nn.Module):
     """(name, module) of a decoder layer's children; a stateless wrapper of an attention and its norms read as its
-    children. Not a list of modules (longcat_flash's two attentions): read so, its TP plan passes the setup check and
-    fails parity (layer 0's second norm 1.4e-2 off at step 1), not explained yet."""
+    children, and so is each module of a list (longcat_flash's two attentions, two MLPs and two pairs of norms)."""
     for n, child in layer.named_children():
-        wrapped = not isinstance(child, nn.ModuleList) and not _has_own_state(child)
-        wrapped = wrapped and not any(isinstance(m, MoE) for m in child.modules())
+        if isinstance(child, nn.ModuleList):
+            yield from ((f"{n}.{k}", c) for k, c in child.named_children())
+            continue
+        wrapped = not _has_own_state(child) and not any(isinstance(m, MoE) for m in child.modules())
         if wrapped and any(_attention_entries(k, c)[1] for k, c in child.named_children()):
             yield from ((f"{n}.{k}", c) for k, c in child.named_children())
         else:
@@ -1138,10 +1139,13 @@ _ALL_TO_ALL_FORMS: dict[type, type] = {}
 
 def all_to_all_form(local: type) -> type:
     """torchtitan's all-to-all dispatcher, carrying a prototype's dispatcher where it changes only `_local_reorder`
-    (the step torchtitan's local and all-to-all dispatch share: `score_before_experts` scales the rows there). A
-    prototype's own dispatch or combine has no EP form here: refused, named."""
+    (the step torchtitan's local and all-to-all dispatch share: `score_before_experts` scales the rows there); a
+    prototype whose dispatch differs under EP names its own form (`all_to_all`: `identity_experts` keeps the identity
+    experts' rows on their rank). Any other prototype's own dispatch or combine has no EP form here: refused, named."""
     if local is LocalTokenDispatcher or issubclass(AllToAllTokenDispatcher, local):
         return AllToAllTokenDispatcher
+    if (form := getattr(local, "all_to_all", None)) is not None:
+        return form
     own = {n for c in local.__mro__[: local.__mro__.index(LocalTokenDispatcher)] for n in vars(c)}
     if own & {"dispatch", "combine"}:
         raise NotImplementedError(f"{local.__name__} has its own dispatch or combine: no expert-parallel form yet")
@@ -1213,6 +1217,7 @@ def apply_model_parallel(
         if ep:  # torchtitan's EP token dispatcher: all-to-all over the ep mesh, wired by parallelize()
             local = moe.routed_experts.token_dispatcher
             dispatcher = AllToAllTokenDispatcher.Config(num_experts=probe.num_experts, top_k=probe.top_k).build()
+            dispatcher.__dict__ |= {k: v for k, v in vars(local).items() if k not in vars(dispatcher)}  # its settings
             dispatcher.__class__ = all_to_all_form(type(local))
             moe.routed_experts.token_dispatcher = dispatcher
         if tp or ep:

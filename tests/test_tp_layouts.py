@@ -16,8 +16,10 @@ sections) and granitemoehybrid's (one group: B and C whole on every rank, the ga
 (`partial_region`: its forward runs on the rank's kv heads, each expert's query and output projections
 `head_sharded` on dims 1 and 2, `kv_proj` `blockwise` in its k and v sections, the router and the output bias (added
 once) replicated; its output a partial sum reduce-scattered, caught when each rank's share of its input's gradient is
-taken for the whole). One torchrun launch per world size, the TP configuration alone, on the small models; at world
-size 4 only the models whose TP degree reaches 4 there."""
+taken for the whole), and longcat_flash's layer of module lists (two attentions, two MLPs, two pairs of norms, each
+item planned as a child; caught when the norms of the lists are left out) beside its identity experts' TP form. One
+torchrun launch per world size, the TP configuration alone, on the small models; at world size 4 only the models
+whose TP degree reaches 4 there."""
 
 import json
 
@@ -67,6 +69,13 @@ CASES = [
         "parity check",
     ),
     ("jetmoe", "partial_region", "self_attention", "wrong reduction: self_attention's input gradient", "parity check"),
+    (
+        "longcat_flash",
+        "norm_sp",
+        "post_attention_layernorm.1",
+        "removed: post-attention norms left out of the plan",
+        "setup check",
+    ),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 # World size 4 holds the models whose TP degree reaches 4 there. Most small configs have 2 kv heads, so at world

@@ -12,8 +12,12 @@ GQA recipe (each rank's top-k over its own heads), and jamba's Mamba1 mixer shar
 `x_proj` `rowwise_replicated` (caught when each rank's share of the gradient of dt, B and C is taken for the whole),
 and the Mamba2 mixers: nemotron_h's (eight groups: B and C split with their heads; `in_proj` `blockwise` in its five
 sections) and granitemoehybrid's (one group: B and C whole on every rank, the gated norm over the group
-`gathered_norm(mode=gated)`, caught when run on each rank's heads). One torchrun launch per world size, the TP
-configuration alone, on the small models."""
+`gathered_norm(mode=gated)`, caught when run on each rank's heads), and hy_v4's two: its hyper-connections (`attn_hc`,
+`ffn_hc`, `hc_head`), modules acting per token on the residual stream found by the plan's probe, `token_sp` (weights
+whole on the sequence-sharded stream, sequence parallel; caught when run on each rank's own tokens with plain weights,
+their gradient never summed), and its MLA attention's per-head sinks `head_sharded` (the kernel under `local_map`
+the model's own eager one, reading the rank's sinks; caught at run time when kept whole). One torchrun launch per
+world size, the TP configuration alone, on the small models."""
 
 import json
 
@@ -61,6 +65,14 @@ CASES = [
         "wrong reduction: the indexer's top-k over each rank's own",
         "parity check",
     ),
+    (
+        "hy_v4",
+        "token_sp",
+        "attn_hc",
+        "wrong reduction: the per-token attn_hc on each rank's own tokens",
+        "parity check",
+    ),
+    ("hy_v4", "head_sharded", "self_attn", "wrong layout: the attention's per-head state", "runtime error"),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 

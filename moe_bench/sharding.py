@@ -347,7 +347,9 @@ def _linear_attention_entries(name: str, mixer: nn.Module) -> list:
             out.append(Entry(f"{full}.{n}", spec))
         return out
 
-    out = [state(name, mixer, kwarg="hidden_states"), Entry(f"{name}.{o_proj}", S("rowwise_sp"))]
+    # the padding mask the forward multiplies into the gathered stream (glm5_next always passes one): a Replicate DTensor
+    mask = dict(replicated="attention_mask") if "attention_mask" in inspect.signature(mixer.forward).parameters else {}
+    out = [state(name, mixer, kwarg="hidden_states", **mask), Entry(f"{name}.{o_proj}", S("rowwise_sp"))]
     out.append(
         Entry(f"{name}.{conv}", S("blockwise", sections=sections, read_by="owner"))
         if sum(sections) == width
@@ -952,13 +954,8 @@ class _LocalRowsState:
 
 def _gather_input(spec: Spec) -> ParallelStyle:
     kw, local, rep = spec.opt("kwarg"), bool(spec.opt("local", False)), spec.opt("replicated")
-    if kw:
-        same = {rep: Replicate()} if rep else {}  # a replicated input (position_ids) lifted to a DTensor as it is
-        return PrepareModuleInput(
-            input_kwarg_layouts={kw: Shard(1)} | same,
-            desired_input_kwarg_layouts={kw: Replicate()} | same,
-            use_local_output=local,
-        )
+    if kw:  # the stream by keyword, or first by position (qwen4_exp calls its deltanet so)
+        return GatherHiddenStates(kw, replicated=rep, local=local)
     return PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=local)
 
 
@@ -1057,17 +1054,31 @@ class RowwiseReplicated(RowwiseParallel):
 
 
 class GatherHiddenStates(ParallelStyle):
-    "The sequence-sharded `hidden_states` gathered to a Replicate DTensor, whether passed by position or by keyword."
+    """The sequence-sharded stream `kwarg` gathered to a Replicate DTensor (left local with `local`), whether passed by
+    keyword or, where it is not, first by position; `replicated` names an input lifted as it is to a Replicate DTensor
+    (an attention that reads position_ids itself)."""
+
+    def __init__(self, kwarg: str = "hidden_states", replicated: str | None = None, local: bool = False):
+        super().__init__()
+        self.kwarg, self.replicated, self.local = kwarg, replicated, local
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
         def gather(t):
             t = t if isinstance(t, DTensor) else DTensor.from_local(t, device_mesh, [Shard(1)], run_check=False)
-            return t.redistribute(placements=[Replicate()])
+            t = t.redistribute(placements=[Replicate()])
+            return t.to_local() if self.local else t
+
+        def lift(t):
+            if isinstance(t, torch.Tensor) and not isinstance(t, DTensor):
+                t = DTensor.from_local(t, device_mesh, [Replicate()], run_check=False)
+            return t.to_local() if self.local and isinstance(t, DTensor) else t
 
         def hook(mod, args, kwargs):
-            if args:
-                return (gather(args[0]), *args[1:]), kwargs
-            return args, kwargs | dict(hidden_states=gather(kwargs["hidden_states"]))
+            if self.replicated in kwargs:
+                kwargs = kwargs | {self.replicated: lift(kwargs[self.replicated])}
+            if self.kwarg in kwargs:
+                return args, kwargs | {self.kwarg: gather(kwargs[self.kwarg])}
+            return ((gather(args[0]), *args[1:]) if args else args), kwargs
 
         module.register_forward_pre_hook(hook, with_kwargs=True)
         return module

@@ -707,10 +707,14 @@ def _acts_per_token(module: nn.Module, args: tuple, kwargs: dict, hidden: int) -
 def _per_token_entries(model: nn.Module, unknown: dict[str, nn.Module], hidden: int) -> list:
     """Entries of the modules no rule recognised: `token_sp` for every module holding state under one that acts per
     token on the residual stream; `unshardable`, with the probe's reason, under any other."""
-    seen = _stream_inputs(model, list(unknown)) if unknown else {}
+    seen, missing = {}, "not called in the model's forward"
+    try:
+        seen = _stream_inputs(model, list(unknown)) if unknown else {}
+    except Exception as e:  # refused under TP with the reason; FSDP alone still shards them
+        missing = f"the probe's forward failed: {type(e).__name__}: {e}"
     out = []
     for name, module in unknown.items():
-        why = _acts_per_token(*seen[name], hidden) if name in seen else "not called in the model's forward"
+        why = _acts_per_token(*seen[name], hidden) if name in seen else missing
         copies = seen[name][1][0][0, 0].numel() // hidden if why is None else None
         spec = (
             S(

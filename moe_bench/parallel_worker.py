@@ -298,13 +298,12 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
 # %% ../nbs/04c_worker.ipynb #305e6691
 def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan, bool, str]]:
     "(label, wrong plan, role rules on, what must catch it) for the model's plan."
-    # the norms inside a decoder layer (an indexed name: model.layers.0, dbrx's transformer.blocks.0), not the final one
-    # each named by its last word that is not a list index (longcat_flash's `post_attention_layernorm.0` and `.1`)
-    norms = [
-        next(p for p in reversed(e.pattern.split(".")) if not p.isdigit())
-        for e in plan.entries
-        if e.spec.kind == "norm_sp" and any(p.isdigit() for p in e.pattern.split("."))
-    ]
+    # the norms inside a decoder layer (an indexed name: model.layers.0, dbrx's transformer.blocks.0), not the final one,
+    # each named by its last word that is not a list index (longcat_flash's `post_attention_layernorm.0` and `.1`);
+    # without any (qwen4_exp's hyper-connections hold its norms, axk2's gated norms a norm and a gate), its per-token ones
+    in_layer = [e for e in plan.entries if any(p.isdigit() for p in e.pattern.split("."))]
+    words = [(next(p for p in reversed(e.pattern.split(".")) if not p.isdigit()), e.spec.kind) for e in in_layer]
+    norms = [w for w, kind in words if kind == "norm_sp"] or [w for w, kind in words if kind == "token_sp"]
     # cohere2 and other parallel blocks have one norm per layer: the control removes that one
     norm = "post_attention_layernorm" if "post_attention_layernorm" in norms else norms[0]
     what = "post-attention norms" if norm == "post_attention_layernorm" else f"every {norm}"
@@ -408,6 +407,17 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
             (
                 "wrong reduction: the gated norm over each rank's heads, not its whole group",
                 plan.replaced(gated, S("blockwise", sections=conv.opt("sections")[:1], local_counts=("group_size",))),
+                True,
+                "parity check",
+            )
+        )
+    token = next((e for e in in_layer if e.spec.kind == "token_sp"), None)
+    if token:  # the classic sequence-parallel mistake: weights replicated as plain tensors, the gradient never summed
+        out.append(
+            (
+                f"wrong reduction: the per-token {token.pattern.rsplit('.', 1)[-1]} on each rank's own tokens, "
+                "its weights' gradient not summed over the sequence shards",
+                plan.replaced(token.pattern, S("token_sp", **dict(token.spec.opts) | dict(grad="local"))),
                 True,
                 "parity check",
             )

@@ -5,8 +5,10 @@
 # %% ../nbs/04b_sharding.ipynb #5ec24454
 from __future__ import annotations
 
+import copy
 import fnmatch
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -28,7 +30,7 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
     parallelize_module,
 )
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
 from torchtitan.distributed.tensor_parallel import NoParallel
 from torchtitan.models.common.decoder_sharding import (
@@ -51,12 +53,12 @@ from .hf import decoder, decoder_layers, embeddings
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
            'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS',
-           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'MOA',
-           'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec',
-           'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'parallel_style',
-           'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'GatheredInputs',
-           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel',
-           'apply_fsdp']
+           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES',
+           'PROBE_TOKENS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY',
+           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
+           'check_plan', 'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion',
+           'GatheredInputs', 'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form',
+           'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -65,6 +67,7 @@ STATE_KINDS = (
     "rowwise_sp",
     "rowwise_replicated",
     "norm_sp",
+    "token_sp",
     "gathered_norm",
     "head_sharded",
     "blockwise",
@@ -202,13 +205,22 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
     if "kv_a_proj_with_mqa" in kids:
         # an attention that reads position_ids itself (mistral4's llama-4 query scale) gets them as a Replicate DTensor
         lifted = dict(replicated="position_ids") if "position_ids" in inspect.signature(attn.forward).parameters else {}
+        heads = _num_heads(attn)
+        own = dict(attn.named_parameters(recurse=False))
+        outside = [n for n, p in own.items() if p.shape != (heads,)]
         out = [
-            Entry(name, S("gather_input", kwarg="hidden_states", **lifted)),
+            Entry(
+                name,
+                S("gather_input", kwarg="hidden_states", **lifted)
+                if not own
+                else S("head_sharded", kwarg="hidden_states", **lifted)  # hy_v4's sinks: the kernel reads the rank's
+                if not outside
+                else S("unshardable", reason=f"attention state {outside} is not one value per head"),
+            ),
             Entry(f"{name}.o_proj", S("rowwise_sp")),
         ]
         out += [Entry(f"{name}.{n}", S("replicate", mode="dtensor")) for n in MLA_A if n in kids]
         out += [Entry(f"{name}.{n}", S("colwise", local=False)) for n in MLA_B if n in kids]
-        heads = _num_heads(attn)
         out += [  # output gates, head-major (dots3_note's g_proj: one per head; axk2's q_gate_proj: [q; gate] per head)
             Entry(f"{name}.{n}", S("colwise", local=False))
             for n in GATES
@@ -338,7 +350,9 @@ def _linear_attention_entries(name: str, mixer: nn.Module) -> list:
             out.append(Entry(f"{full}.{n}", spec))
         return out
 
-    out = [state(name, mixer, kwarg="hidden_states"), Entry(f"{name}.{o_proj}", S("rowwise_sp"))]
+    # the padding mask the forward multiplies into the gathered stream (glm5_next always passes one): a Replicate DTensor
+    mask = dict(replicated="attention_mask") if "attention_mask" in inspect.signature(mixer.forward).parameters else {}
+    out = [state(name, mixer, kwarg="hidden_states", **mask), Entry(f"{name}.{o_proj}", S("rowwise_sp"))]
     out.append(
         Entry(f"{name}.{conv}", S("blockwise", sections=sections, read_by="owner"))
         if sum(sections) == width
@@ -393,7 +407,7 @@ def _moe_entries(name: str, moe: MoE) -> list:
 
 def decoder_extras(model: nn.Module) -> list[nn.Module]:
     """The decoder's own modules that hold parameters, beside its embeddings and layers: the final norm, whatever its
-    name (lfm2_moe's `embedding_norm`), or a module the plan's rules do not know (qwen4_exp's hyper-connection mixer)."""
+    name (lfm2_moe's `embedding_norm`), or another module (qwen4_exp's hyper-connection mixer, hy_v4's `hc_head`)."""
     skip = {id(embeddings(model)), id(decoder_layers(model)), id(getattr(model, "lm_head", None))}
     return [m for m in decoder(model).children() if id(m) not in skip and any(True for _ in m.parameters())]
 
@@ -414,12 +428,12 @@ def model_plan(model: nn.Module) -> Plan:
     names = {id(m): n for n, m in model.named_modules()}
     hidden = embeddings(model).weight.shape[1]
     entries = [Entry(names[id(embeddings(model))], S("embedding"))]
+    unknown = {}  # modules with state no structural rule knows: per token on the residual stream, or refused
     for extra in decoder_extras(model):
         if _is_norm(extra, hidden):
             entries.append(Entry(names[id(extra)], S("norm_sp", dim=1)))
-            continue
-        why = f"decoder-level {type(extra).__name__} is neither a norm nor a module the plan's rules know"
-        entries += [Entry(names[id(m)], S("unshardable", reason=why)) for m in extra.modules() if _has_own_state(m)]
+        else:
+            unknown[names[id(extra)]] = extra
     if isinstance(getattr(model, "lm_head", None), nn.Linear):
         entries.append(Entry("lm_head", S("lm_head")))
     modes = set()
@@ -459,6 +473,9 @@ def model_plan(model: nn.Module) -> Plan:
                 entries += attn
                 if mode:
                     modes.add(mode)
+                elif not attn and any(True for _ in child.parameters()):
+                    unknown[full] = child
+    entries += _per_token_entries(model, unknown, hidden)  # one probe forward for them all
     attention = "local_map" if "local_map" in modes else "local"
     for rotary in _rotaries(model):
         if (
@@ -637,6 +654,84 @@ def _lightning_entries(name: str, attn: nn.Module) -> list:
         Entry(f"{name}.out_proj", S("rowwise_sp")),
     ]
 
+# %% ../nbs/04b_sharding.ipynb #2b8e4f6a
+PROBE_TOKENS = 16  # the probe's sequence: phase 4's length (a DSA indexer's top-k wants as many keys)
+
+
+def _stream_inputs(model: nn.Module, names: list[str]) -> dict[str, tuple]:
+    """Name -> (module, args, kwargs) of its first call in one forward of a copy of `model` on a random batch of
+    `PROBE_TOKENS` tokens: the copy's, so the model's own buffers (an MoE's token counts) stay as they were."""
+    twin = copy.deepcopy(model)
+    modules, seen = dict(twin.named_modules()), {}
+
+    def keep(name):
+        def hook(mod, args, kwargs):
+            seen.setdefault(name, (mod, args, kwargs))
+
+        return hook
+
+    hooks = [modules[n].register_forward_pre_hook(keep(n), with_kwargs=True) for n in names]
+    weight = embeddings(twin).weight
+    ids = torch.randint(0, weight.shape[0], (2, PROBE_TOKENS), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        twin(input_ids=ids.to(weight.device))
+    for h in hooks:
+        h.remove()
+    return seen
+
+
+def _acts_per_token(module: nn.Module, args: tuple, kwargs: dict, hidden: int) -> str | None:
+    """None where `module` acts token by token on the residual stream: its one tensor input [B, S, ...] holds a
+    multiple of `hidden` per token, every tensor it returns is [B, S, ...], and with the first or the last token of
+    its input perturbed, no other token's output moves. Otherwise why not."""
+    tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    if len(tensors) != 1 or not args or tensors[0] is not args[0]:
+        return f"{len(tensors)} tensor inputs, not the residual stream alone"
+    x_BS = args[0]
+    if x_BS.ndim < 3 or x_BS.shape[1] != PROBE_TOKENS or x_BS[0, 0].numel() % hidden:
+        return f"its input {tuple(x_BS.shape)} is not the residual stream [B, S, k x {hidden}]"
+
+    def outputs(x):
+        with torch.no_grad():
+            return [t for t in tree_flatten(module(x, *args[1:], **kwargs))[0] if isinstance(t, torch.Tensor)]
+
+    base = outputs(x_BS)
+    if not base or any(t.ndim < 2 or t.shape[1] != PROBE_TOKENS for t in base):
+        return "an output without the sequence dim"
+    g = torch.Generator().manual_seed(0)
+    for token in (0, PROBE_TOKENS - 1):
+        moved = x_BS.clone()
+        moved[:, token] += torch.randn(moved[:, token].shape, generator=g).to(moved)
+        others = torch.arange(PROBE_TOKENS) != token
+        if any(not torch.equal(a[:, others], b[:, others]) for a, b in zip(base, outputs(moved), strict=True)):
+            return f"its output at other tokens moves with token {token}: it mixes the sequence"
+    return None
+
+
+def _per_token_entries(model: nn.Module, unknown: dict[str, nn.Module], hidden: int) -> list:
+    """Entries of the modules no rule recognised: `token_sp` for every module holding state under one that acts per
+    token on the residual stream; `unshardable`, with the probe's reason, under any other."""
+    seen, missing = {}, "not called in the model's forward"
+    try:
+        seen = _stream_inputs(model, list(unknown)) if unknown else {}
+    except Exception as e:  # refused under TP with the reason; FSDP alone still shards them
+        missing = f"the probe's forward failed: {type(e).__name__}: {e}"
+    out = []
+    for name, module in unknown.items():
+        why = _acts_per_token(*seen[name], hidden) if name in seen else missing
+        copies = seen[name][1][0][0, 0].numel() // hidden if why is None else None
+        spec = (
+            S(
+                "token_sp",
+                dim=1,
+                reason=f"per token on the residual stream ({copies} x {hidden}): weights whole, its tokens sharded (SP)",
+            )
+            if why is None
+            else S("unshardable", reason=f"{type(module).__name__}: {why}")
+        )
+        out += [Entry(f"{name}.{n}" if n else name, spec) for n, m in module.named_modules() if _has_own_state(m)]
+    return out
+
 # %% ../nbs/04b_sharding.ipynb #71e60c2a
 # a mixture of attention heads (jetmoe's MoA): in `experts`, per-expert query and output projections ((E, out, in)
 # each), a router and an output bias; beside it one Linear to [k; v], shared by every expert
@@ -794,6 +889,42 @@ class _ReplicateOwnState:
             )
 
 
+class _TokenParallelState:
+    """A per-token module's own parameters whole on every rank (Replicate DTensors) on the sequence-sharded stream: each
+    rank computes its own tokens and DTensor sums the weights' gradient over the ranks (sequence parallelism: a norm's
+    layout under SP). Its tensor inputs must be DTensors, laid out on the sequence (`dim`) as `SequenceParallel` lays
+    them; a plain tensor, whose layout nothing states, is refused. With `local` (a negative control's layout) the
+    weights stay plain and the module runs on the local tokens, so each rank keeps its own tokens' share of their
+    gradient; its outputs go back onto the stream."""
+
+    def __init__(self, dim: int, local: bool = False):
+        self.dim, self.local = dim, local
+
+    def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
+        if not self.local:
+            _ReplicateOwnState().apply(module, mesh, reader)
+        stream = (Shard(self.dim),)
+
+        def enter(t):
+            if not isinstance(t, torch.Tensor):
+                return t
+            if not isinstance(t, DTensor):
+                raise RuntimeError(f"a per-token module's input is a plain tensor, not the stream (Shard({self.dim}))")
+            t = t if tuple(t.placements) == stream else t.redistribute(placements=stream)
+            return t.to_local() if self.local else t
+
+        def inputs(mod, args, kwargs):
+            return tree_map(enter, (args, kwargs))
+
+        def outputs(mod, args, kwargs, out):
+            on_stream = lambda t: DTensor.from_local(t, mesh, list(stream), run_check=False)  # noqa: E731
+            return tree_map(lambda t: on_stream(t) if isinstance(t, torch.Tensor) else t, out)
+
+        module.register_forward_pre_hook(inputs, with_kwargs=True)
+        if self.local:
+            module.register_forward_hook(outputs, with_kwargs=True)
+
+
 class _HeadShardedState:
     """A module's own parameters sharded on their head dim (the first beside unit ones: one value per head; or `dim`:
     a per-expert projection (E, out, in) on its heads' rows or columns) as DTensors; inside its forward the module reads
@@ -889,13 +1020,8 @@ class _LocalRowsState:
 
 def _gather_input(spec: Spec) -> ParallelStyle:
     kw, local, rep = spec.opt("kwarg"), bool(spec.opt("local", False)), spec.opt("replicated")
-    if kw:
-        same = {rep: Replicate()} if rep else {}  # a replicated input (position_ids) lifted to a DTensor as it is
-        return PrepareModuleInput(
-            input_kwarg_layouts={kw: Shard(1)} | same,
-            desired_input_kwarg_layouts={kw: Replicate()} | same,
-            use_local_output=local,
-        )
+    if kw:  # the stream by keyword, or first by position (qwen4_exp calls its deltanet so)
+        return GatherHiddenStates(kw, replicated=rep, local=local)
     return PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=local)
 
 
@@ -922,6 +1048,7 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
         spec.opt("buffers", ()),
         spec.opt("dim"),  # kimi_linear's A_log is (1, 1, H, 1): its head dim found; jetmoe's experts' given
     ),
+    "token_sp": lambda spec: _TokenParallelState(spec.opt("dim", 1), local=spec.opt("grad") == "local"),
     "blockwise": lambda spec: _LocalRowsState(spec.opt("sections"), spec.opt("whole", ())),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),
@@ -994,17 +1121,31 @@ class RowwiseReplicated(RowwiseParallel):
 
 
 class GatherHiddenStates(ParallelStyle):
-    "The sequence-sharded `hidden_states` gathered to a Replicate DTensor, whether passed by position or by keyword."
+    """The sequence-sharded stream `kwarg` gathered to a Replicate DTensor (left local with `local`), whether passed by
+    keyword or, where it is not, first by position; `replicated` names an input lifted as it is to a Replicate DTensor
+    (an attention that reads position_ids itself)."""
+
+    def __init__(self, kwarg: str = "hidden_states", replicated: str | None = None, local: bool = False):
+        super().__init__()
+        self.kwarg, self.replicated, self.local = kwarg, replicated, local
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
         def gather(t):
             t = t if isinstance(t, DTensor) else DTensor.from_local(t, device_mesh, [Shard(1)], run_check=False)
-            return t.redistribute(placements=[Replicate()])
+            t = t.redistribute(placements=[Replicate()])
+            return t.to_local() if self.local else t
+
+        def lift(t):
+            if isinstance(t, torch.Tensor) and not isinstance(t, DTensor):
+                t = DTensor.from_local(t, device_mesh, [Replicate()], run_check=False)
+            return t.to_local() if self.local and isinstance(t, DTensor) else t
 
         def hook(mod, args, kwargs):
-            if args:
-                return (gather(args[0]), *args[1:]), kwargs
-            return args, kwargs | dict(hidden_states=gather(kwargs["hidden_states"]))
+            if self.replicated in kwargs:
+                kwargs = kwargs | {self.replicated: lift(kwargs[self.replicated])}
+            if self.kwarg in kwargs:
+                return args, kwargs | {self.kwarg: gather(kwargs[self.kwarg])}
+            return ((gather(args[0]), *args[1:]) if args else args), kwargs
 
         module.register_forward_pre_hook(hook, with_kwargs=True)
         return module
@@ -1092,9 +1233,11 @@ def register_local_map_attention() -> str:
     """HF's SDPA kernel under DTensor `local_map`: q/k/v sharded on heads, output on heads; the causal mask implicit,
     or a plain mask broadcast over the heads, the same on every rank. A DSA model hands a kernel other than eager/SDPA
     the indexer's top-k keys per query (`indices`, as it hands them to flash-mla): they are masked as HF's SDPA path
-    masks them."""
+    masks them. An attention with sinks (`s_aux`: hy_v4's) runs the model's own eager kernel instead, SDPA having
+    none: it reads the rank's heads' sinks from the module (`head_sharded`) and adds its mask (0 where attended, the
+    dtype's min elsewhere, as HF's eager mask)."""
 
-    def kernel(module, query, key, value, attention_mask, indices=None, **kwargs):
+    def kernel(module, query, key, value, attention_mask, indices=None, s_aux=None, **kwargs):
         if isinstance(attention_mask, DTensor) or (attention_mask is not None and attention_mask.shape[1] != 1):
             raise NotImplementedError("the local_map kernel takes a plain mask broadcast over the heads, or none")
         if indices is not None:  # HF's DSA attention, eager/SDPA branch: True at the keys not selected
@@ -1105,8 +1248,17 @@ def register_local_map_attention() -> str:
                 if attention_mask.dtype == torch.bool
                 else attention_mask.masked_fill(unselected_B1ST, torch.finfo(query.dtype).min)
             )
+        inner = sdpa_attention_forward
+        if s_aux is not None:
+            if attention_mask is None:
+                raise NotImplementedError("an attention with sinks takes an explicit mask under local_map")
+            inner = sys.modules[type(module).__module__].eager_attention_forward  # what HF's attention falls back to
+            if attention_mask.dtype == torch.bool:
+                attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
+                    ~attention_mask, torch.finfo(query.dtype).min
+                )
         fn = local_map(
-            lambda q, k, v, mask: sdpa_attention_forward(module, q, k, v, mask, **kwargs)[0],
+            lambda q, k, v, mask: inner(module, q, k, v, mask, **kwargs)[0],
             out_placements=[Shard(2)],
             in_placements=([Shard(1)], [Shard(1)], [Shard(1)], None),
             redistribute_inputs=True,

@@ -44,7 +44,7 @@ from .synth import synthetic_config, synthetic_overrides
 # %% auto #0
 __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'parallel_test_config',
            'parallel_test_model', 'tp_degree', 'parallel_configs', 'make_batch', 'train_steps', 'reference_steps',
-           'compare_steps', 'run_config', 'negative_plans', 'model_results', 'worker']
+           'compare_steps', 'parity_error', 'run_config', 'negative_plans', 'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
 def parallel_test_config(model: str, layers: int = 2):
@@ -230,6 +230,16 @@ def compare_steps(
         )
     return ok, steps
 
+
+def parity_error(steps: list[dict]) -> str:
+    "What a failed parity names: its first failing step and there the worst gradient, else the weights, else the loss."
+    s = next(x for x in steps if not x["ok"])
+    if not s["worst"]["ok"]:
+        return f"parity at step {s['step']}: {s['worst']}"
+    if not s["weights"]["ok"]:
+        return f"parity at step {s['step']}: weights {s['weights']['failed']}"
+    return f"parity at step {s['step']}: loss off by {s['loss_abs_diff']:.3e} > {s['loss_tol']:.3e}"
+
 # %% ../nbs/04c_worker.ipynb #91992f3c
 def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, check_kw: dict) -> dict:
     "Run one configuration on every rank and compare it, step by step, with one process; its record. `free`: the reference run on its own."
@@ -280,7 +290,7 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
         ok, rec["steps"] = compare_steps(par, ref, tracked, free[0]["weights"], free)
         rec["status"] = "PASS" if ok else "FAIL"
         if not ok:
-            rec["error"] = f"parity: {rec['steps'][-1]['worst']}"
+            rec["error"] = parity_error(rec["steps"])
     except Exception as e:
         frame = traceback.extract_tb(e.__traceback__)[-1]
         rec |= dict(

@@ -12,8 +12,10 @@ GQA recipe (each rank's top-k over its own heads), and jamba's Mamba1 mixer shar
 `x_proj` `rowwise_replicated` (caught when each rank's share of the gradient of dt, B and C is taken for the whole),
 and the Mamba2 mixers: nemotron_h's (eight groups: B and C split with their heads; `in_proj` `blockwise` in its five
 sections) and granitemoehybrid's (one group: B and C whole on every rank, the gated norm over the group
-`gathered_norm(mode=gated)`, caught when run on each rank's heads). One torchrun launch per world size, the TP
-configuration alone, on the small models."""
+`gathered_norm(mode=gated)`, caught when run on each rank's heads), and ernie4_5_vl_moe's per-modality MoE (its
+modality MoE, a second torchtitan MoE inside the first, sharded as the first, on a mixed modality mask; caught when
+its experts are left whole on every rank). One torchrun launch per world size, the TP configuration alone, on the
+small models."""
 
 import json
 
@@ -61,6 +63,7 @@ CASES = [
         "wrong reduction: the indexer's top-k over each rank's own",
         "parity check",
     ),
+    ("ernie4_5_vl_moe", "titan_moe", "modality_moe", "wrong layout: the modality_moe's experts", "parity check"),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 

@@ -15,7 +15,6 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -118,16 +117,16 @@ def _full(t):
     return None if t is None else (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu().clone()
 
 
-def model_inputs_of(model, swapped: dict[int, Expressed]) -> Callable[[torch.Tensor], dict]:
-    "What the model takes beside the token ids, from the ids a rank holds (each expression's `model_inputs`: a modality mask)."
+def model_inputs_of(model, swapped: dict[int, Expressed], ids: torch.Tensor) -> dict:
+    "What the model takes beside the batch's token ids, row for row with them (each expression's `model_inputs`: a modality mask)."
     layers = decoder_layers(model)
     held = [(next(m for m in layers[i].modules() if isinstance(m, MoE)), e.expression) for i, e in swapped.items()]
-    return lambda ids: {k: v for moe, expression in held for k, v in expression.model_inputs(moe, ids).items()}
+    return {k: v for moe, expression in held for k, v in expression.model_inputs(moe, ids).items()}
 
 
-def _loss(model, ids, labels, n_global_tokens: int, inputs=lambda ids: {}):
+def _loss(model, ids, labels, n_global_tokens: int, inputs: dict | None = None):
     "Summed cross-entropy over the local tokens divided by the global token count (every gradient reduction a sum)."
-    logits = model(input_ids=ids, **inputs(ids)).logits
+    logits = model(input_ids=ids, **(inputs or {})).logits
     if isinstance(logits, DTensor):
         raise RuntimeError(f"logits left the model as a DTensor {logits.placements}")
     return (
@@ -136,7 +135,7 @@ def _loss(model, ids, labels, n_global_tokens: int, inputs=lambda ids: {}):
     )
 
 
-def train_steps(model, ids, labels, n_global_tokens: int, loss_group=None, inputs=lambda ids: {}) -> list[dict]:
+def train_steps(model, ids, labels, n_global_tokens: int, loss_group=None, inputs: dict | None = None) -> list[dict]:
     "`STEPS` x (full weights, forward, loss, backward, full gradients, SGD step): per step the weights it started from, the loss, every gradient."
     opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)
     model.train()
@@ -156,7 +155,7 @@ def train_steps(model, ids, labels, n_global_tokens: int, loss_group=None, input
     return out
 
 
-def reference_steps(base, par: list[dict], ids, labels, inputs=lambda ids: {}) -> list[dict]:
+def reference_steps(base, par: list[dict], ids, labels, inputs: dict | None = None) -> list[dict]:
     "One process, each step started from the weights the parallel run started that step with: the loss and every gradient."
     model = copy.deepcopy(base).train()
     params, out = dict(model.named_parameters()), []
@@ -271,15 +270,16 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
         if pd.dp_shard_enabled:
             rec["fsdp"] = apply_fsdp(model, pd)
         ids, labels = batch
+        device = next(base.parameters()).device
+        inputs = {k: v.to(device) for k, v in model_inputs_of(base, swapped, ids).items()}
         if conf.get("replicated_data"):
-            loss_group, local = None, (ids, labels)
+            loss_group, local = None, (ids, labels, inputs)
         else:
             bm = pd.get_mesh("batch")
-            rows, r = BATCH // bm.size(), bm.get_local_rank()
-            local, loss_group = (ids[r * rows : (r + 1) * rows], labels[r * rows : (r + 1) * rows]), bm.get_group()
-        device = next(base.parameters()).device
-        inputs = model_inputs_of(base, swapped)  # computed from each rank's own ids: its rows of a modality mask
-        par = train_steps(model, local[0].to(device), local[1].to(device), ids.numel(), loss_group, inputs)
+            rows = slice(BATCH // bm.size() * bm.get_local_rank(), BATCH // bm.size() * (bm.get_local_rank() + 1))
+            local = (ids[rows], labels[rows], {k: v[rows] for k, v in inputs.items()})  # a modality mask's rows too
+            loss_group = bm.get_group()
+        par = train_steps(model, local[0].to(device), local[1].to(device), ids.numel(), loss_group, local[2])
         ref = reference_steps(base, par, ids.to(device), labels.to(device), inputs)
         ok, rec["steps"] = compare_steps(par, ref, tracked, free[0]["weights"], free)
         rec["status"] = "PASS" if ok else "FAIL"
@@ -522,9 +522,8 @@ def model_results(
         "embeddings": next(n for n, p in params.items() if p is embeddings(base).weight),  # dbrx: transformer.wte
     }  # every gradient is compared; these are named
     t = time.perf_counter()
-    free = train_steps(  # one process on its own
-        copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel(), inputs=model_inputs_of(base, swapped)
-    )
+    inputs = {k: v.to(device) for k, v in model_inputs_of(base, swapped, ids).items()}
+    free = train_steps(copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel(), inputs=inputs)  # one process
     ref_s = time.perf_counter() - t
     hf_tp_plan = getattr(cfg, "base_model_tp_plan", None)
     prototypes = {e.expression.name: e.expression for e in swapped.values() if not e.expression.in_torchtitan}

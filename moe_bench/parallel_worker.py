@@ -523,7 +523,9 @@ def model_results(
     }  # every gradient is compared; these are named
     t = time.perf_counter()
     inputs = {k: v.to(device) for k, v in model_inputs_of(base, swapped, ids).items()}
-    free = train_steps(copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel(), inputs=inputs)  # one process
+    free = train_steps(
+        copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel(), inputs=inputs
+    )  # one process
     ref_s = time.perf_counter() - t
     hf_tp_plan = getattr(cfg, "base_model_tp_plan", None)
     prototypes = {e.expression.name: e.expression for e in swapped.values() if not e.expression.in_torchtitan}

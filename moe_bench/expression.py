@@ -97,6 +97,8 @@ from moe_bench.extensions import (
     output_norm_sharding,
     pad_experts_,
     padded_width,
+    per_modality_config,
+    per_modality_sharding,
     plain_silu,
     router_mlp_form,
     score_func_of,
@@ -161,6 +163,8 @@ class Expression:
         default_factory=lambda: dict(_GROUPED_EXPERTS_PARAM_LAYOUT), compare=False, hash=False
     )
     sharding: Callable[[object], None] = lambda cfg: None  # TP layouts of its own tensors, added to that config
+    parallel_config: Callable[[MoE, MoEProbe], object] | None = None  # (built module, probe): the config tree the
+    # sharding is set on where `config`'s is not the built module's (a per-modality MoE's holds its modality MoE's)
     adaptation: str = ""  # what its build changes in torchtitan's module to run here at all, and why
     model_inputs: Callable[[nn.Module, torch.Tensor], dict] = (  # (HF block, token ids): what else the model takes
         lambda block, ids: {}  # beside the ids in the in-model comparison (a modality mask); nothing for most
@@ -990,7 +994,9 @@ def _swap_per_modality(layer: nn.Module, attr: str, titan: MoE, probe: MoEProbe)
 
 def mixed_modality_inputs(block: nn.Module, ids: torch.Tensor) -> dict:
     "A modality mask with both modalities in every sequence (its middle half the second), named as HF's block takes it."
-    name = list(inspect.signature(type(block).forward).parameters)[2]  # (self, hidden_states, mask)
+    # (self, hidden_states, mask) of HF's class, also where a `PerModalityBlock` of it holds its place
+    hf_cls = next(c for c in type(block).__mro__ if "forward" in vars(c) and not issubclass(c, MoE))
+    name = list(inspect.signature(hf_cls.forward).parameters)[2]
     return {name: mixed_modality_mask(ids.shape).to(ids.device)}
 
 
@@ -1002,10 +1008,8 @@ PER_MODALITY = block_prototype(
     export=_export_per_modality,
     swap=_swap_per_modality,
     model_inputs=mixed_modality_inputs,
-    sharding=no_layout_yet(
-        "per_modality_moe: the modality MoE is a second torchtitan MoE inside the first, which "
-        "set_moe_sharding_config does not reach: no TP or EP layout yet"
-    ),
+    parallel_config=per_modality_config,
+    sharding=per_modality_sharding,
 )
 
 # %% ../nbs/00f_expression.ipynb #b118ea5561624da68c537baed56e602f

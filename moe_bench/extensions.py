@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
 from torchtitan.models.common import moe as titan_moe
-from torchtitan.models.common.decoder_sharding import dense_param_placement
+from torchtitan.models.common.decoder_sharding import dense_activation_placement, dense_param_placement
 from torchtitan.models.common.feed_forward import FeedForward
 from torchtitan.models.common.moe import GroupedExperts, MoE, RoutedExperts, TokenChoiceTopKRouter
 from torchtitan.models.common.token_dispatcher import (
@@ -32,7 +32,7 @@ from torchtitan.models.common.token_dispatcher import (
 )
 from torchtitan.models.gpt_oss.moe import GptOssGroupedExperts, ScaleBiasForward, swiglu
 from torchtitan.ops.scatter_add import deterministic_scatter_add
-from torchtitan.protocols.sharding import ShardingConfig
+from torchtitan.protocols.sharding import ShardingConfig, resolve_placements
 
 from .adapter import TensorRule, _apply, block_rules, rename
 from .moe_probe import SCORE_LOGITS, MoEProbe, score_fn_outputs
@@ -55,13 +55,14 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts', 'ExpertProjectionsMoE',
            'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts',
            'IdentityTailDispatcher', 'IdentityRowsMetadata', 'IdentityTailAllToAll', 'routed_output', 'PerModalityMoE',
-           'mixed_modality_mask', 'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher',
-           'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock',
-           'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
-           'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter',
-           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
-           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
-           'swap_layer_moe', 'layer_moe_sharding']
+           'mixed_modality_mask', 'PerModalityConfig', 'per_modality_config', 'per_modality_sharding',
+           'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher', 'RouterWeightedSharedMoE',
+           'router_mlp_form', 'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock', 'padded_width',
+           'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_',
+           'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter',
+           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
+           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
+           'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -874,19 +875,41 @@ def routed_output(moe: MoE, x_BLD: torch.Tensor) -> torch.Tensor:
     return moe.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    "The rank's own part of a tensor: a DTensor's local shard, a plain tensor itself."
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
 class PerModalityMoE(MoE):
     "Prototype of the core change: torchtitan's `MoE` routing mask-0 tokens itself and the others through `modality_moe`."
 
     modality_moe: MoE  # the second modality's router and experts (no shared expert), set by the expression
 
     def forward(self, x_BLD: torch.Tensor, modality_mask_BL: torch.Tensor | None = None) -> torch.Tensor:
-        other_BL = torch.zeros(x_BLD.shape[:2], dtype=torch.bool, device=x_BLD.device)
+        # under TP or EP (`per_modality_sharding`) the mask comes in the tokens' layout: each modality's rows are taken
+        # from the tokens this rank holds, and every rank runs both modalities' collectives, even on no row of its own
+        parts = (self, self.modality_moe)
+        collective = isinstance(x_BLD, DTensor) or any(
+            isinstance(m.routed_experts.token_dispatcher, AllToAllTokenDispatcher) for m in parts
+        )
+        x_local = _local(x_BLD)
+        other_BL = torch.zeros(x_local.shape[:2], dtype=torch.bool, device=x_local.device)
         if modality_mask_BL is not None:
-            other_BL = modality_mask_BL.bool()
-        out_BLD = torch.zeros_like(x_BLD)
-        for moe, tokens_BL in ((self, ~other_BL), (self.modality_moe, other_BL)):
-            if tokens_BL.any():  # each modality's tokens, in their order, as one sequence
-                out_BLD[tokens_BL] = routed_output(moe, x_BLD[tokens_BL].unsqueeze(0)).squeeze(0)
+            other_BL = _local(modality_mask_BL).bool()
+        out_BLD, routed_layout = torch.zeros_like(x_local), None
+        for moe, tokens_BL in zip(parts, (~other_BL, other_BL), strict=True):
+            if tokens_BL.any() or collective:  # each modality's tokens, in their order, as one sequence
+                rows_1RD = x_local[tokens_BL].unsqueeze(0)
+                if isinstance(x_BLD, DTensor):  # in the tokens' layout: replicated where gathered, else each rank's own
+                    rows_1RD = DTensor.from_local(rows_1RD, x_BLD.device_mesh, x_BLD.placements, run_check=False)
+                routed_1RD = routed_output(moe, rows_1RD)
+                routed_layout = routed_1RD if isinstance(routed_1RD, DTensor) else routed_layout
+                out_BLD[tokens_BL] = _local(routed_1RD).squeeze(0)
+        if routed_layout is not None:  # the rows back at their tokens, then in the MoE's output layout (TP: summed)
+            mesh = routed_layout.device_mesh
+            out_BLD = DTensor.from_local(out_BLD, mesh, routed_layout.placements, run_check=False).redistribute(
+                placements=resolve_placements(self._sharding_config.out_src_shardings, mesh)
+            )
         return out_BLD if self.shared_experts is None else out_BLD + self.shared_experts(x_BLD)
 
 # %% ../nbs/00e_extensions.ipynb #0789dd8a
@@ -895,6 +918,50 @@ def mixed_modality_mask(shape: tuple[int, int]) -> torch.Tensor:
     mask_BL = torch.zeros(shape, dtype=torch.long)
     mask_BL[:, shape[1] // 4 : 3 * shape[1] // 4] = 1
     return mask_BL
+
+# %% ../nbs/00e_extensions.ipynb #d4d3d611
+@dataclass(kw_only=True, slots=True)
+class PerModalityConfig(MoE.Config):
+    "The config tree of a built `PerModalityMoE` that torchtitan's sharding is set on: its modality MoE's too."
+
+    modality_moe: MoE.Config
+
+
+def per_modality_config(titan: MoE, probe: MoEProbe) -> PerModalityConfig:
+    "The config tree of the built `titan` (the sharding reads its structure: the shared expert, the modality MoE)."
+
+    def config(moe: MoE) -> MoE.Config:
+        shared = moe.shared_experts
+        return titan_moe_config(
+            dataclasses.replace(
+                probe,
+                issues=[],
+                shared_experts="none" if shared is None else "additive",
+                shared_intermediate_size=None if shared is None else shared.w1.weight.shape[0],
+            )
+        )
+
+    first = config(titan)
+    fields = {f.name: getattr(first, f.name) for f in dataclasses.fields(first)}
+    return PerModalityConfig(**fields, modality_moe=config(titan.modality_moe))
+
+
+def per_modality_sharding(cfg: PerModalityConfig) -> None:
+    "Add the modality MoE and the modality mask to a config tree that `set_moe_sharding_config` has filled for the first."
+    routed = (
+        dataclasses.replace(  # rows leave the experts as computed: put back at their tokens before the MoE's layout
+            cfg.routed_experts.sharding_config, out_dst_shardings=cfg.routed_experts.sharding_config.out_src_shardings
+        )
+    )
+    inner = cfg.modality_moe
+    inner.router.gate.sharding_config = cfg.router.gate.sharding_config
+    inner.routed_experts.inner_experts.sharding_config = cfg.routed_experts.inner_experts.sharding_config
+    cfg.routed_experts.sharding_config = inner.routed_experts.sharding_config = routed
+    # the modality MoE's own forward is never called (`routed_output` calls its router and experts): its buffers only
+    inner.sharding_config = ShardingConfig(state_shardings=dict(cfg.sharding_config.state_shardings))
+    wrapper = cfg.sharding_config  # the mask: whole on every TP rank as the model is given it, then as the tokens go
+    wrapper.in_src_shardings = wrapper.in_src_shardings | {"modality_mask_BL": dense_activation_placement(tp=spmd.R)}
+    wrapper.in_dst_shardings = wrapper.in_dst_shardings | {"modality_mask_BL": wrapper.in_dst_shardings["x_BLD"]}
 
 # %% ../nbs/00e_extensions.ipynb #5e00956194d34292a53e8294e707621d
 ROUTER_WEIGHTED_SHARED_CORE_CHANGE = (

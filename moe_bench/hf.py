@@ -233,8 +233,8 @@ class DecoderWithLMHead(nn.Module):
         self.model, self.config = decoder, decoder.config
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
-    def forward(self, input_ids: torch.Tensor):
-        return SimpleNamespace(logits=self.lm_head(self.model(input_ids=input_ids).last_hidden_state))
+    def forward(self, input_ids: torch.Tensor, **inputs):  # what else the decoder takes (ernie's modality mask)
+        return SimpleNamespace(logits=self.lm_head(self.model(input_ids=input_ids, **inputs).last_hidden_state))
 
 
 def build_model(

@@ -43,8 +43,9 @@ from .synth import synthetic_config, synthetic_overrides
 
 # %% auto #0
 __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'parallel_test_config',
-           'parallel_test_model', 'tp_degree', 'parallel_configs', 'make_batch', 'train_steps', 'reference_steps',
-           'compare_steps', 'parity_error', 'run_config', 'negative_plans', 'model_results', 'worker']
+           'parallel_test_model', 'tp_degree', 'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps',
+           'reference_steps', 'compare_steps', 'parity_error', 'run_config', 'negative_plans', 'model_results',
+           'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
 def parallel_test_config(model: str, layers: int = 2):
@@ -122,9 +123,16 @@ def _full(t):
     return None if t is None else (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu().clone()
 
 
-def _loss(model, ids, labels, n_global_tokens: int):
+def model_inputs_of(model, swapped: dict[int, Expressed], ids: torch.Tensor) -> dict:
+    "What the model takes beside the batch's token ids, row for row with them (each expression's `model_inputs`: a modality mask)."
+    layers = decoder_layers(model)
+    held = [(next(m for m in layers[i].modules() if isinstance(m, MoE)), e.expression) for i, e in swapped.items()]
+    return {k: v for moe, expression in held for k, v in expression.model_inputs(moe, ids).items()}
+
+
+def _loss(model, ids, labels, n_global_tokens: int, inputs: dict | None = None):
     "Summed cross-entropy over the local tokens divided by the global token count (every gradient reduction a sum)."
-    logits = model(input_ids=ids).logits
+    logits = model(input_ids=ids, **(inputs or {})).logits
     if isinstance(logits, DTensor):
         raise RuntimeError(f"logits left the model as a DTensor {logits.placements}")
     return (
@@ -133,14 +141,14 @@ def _loss(model, ids, labels, n_global_tokens: int):
     )
 
 
-def train_steps(model, ids, labels, n_global_tokens: int, loss_group=None) -> list[dict]:
+def train_steps(model, ids, labels, n_global_tokens: int, loss_group=None, inputs: dict | None = None) -> list[dict]:
     "`STEPS` x (full weights, forward, loss, backward, full gradients, SGD step): per step the weights it started from, the loss, every gradient."
     opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)
     model.train()
     out = []
     for _ in range(STEPS):
         weights = {n: _full(p) for n, p in model.named_parameters()}
-        loss = _loss(model, ids, labels, n_global_tokens)
+        loss = _loss(model, ids, labels, n_global_tokens, inputs)
         loss.backward()
         total = loss.detach().clone()
         if loss_group is not None:
@@ -153,7 +161,7 @@ def train_steps(model, ids, labels, n_global_tokens: int, loss_group=None) -> li
     return out
 
 
-def reference_steps(base, par: list[dict], ids, labels) -> list[dict]:
+def reference_steps(base, par: list[dict], ids, labels, inputs: dict | None = None) -> list[dict]:
     "One process, each step started from the weights the parallel run started that step with: the loss and every gradient."
     model = copy.deepcopy(base).train()
     params, out = dict(model.named_parameters()), []
@@ -162,7 +170,7 @@ def reference_steps(base, par: list[dict], ids, labels) -> list[dict]:
             for n, w in p["weights"].items():
                 params[n].copy_(w)
         model.zero_grad(set_to_none=True)
-        loss = _loss(model, ids, labels, ids.numel())
+        loss = _loss(model, ids, labels, ids.numel(), inputs)
         loss.backward()
         out.append(dict(loss=loss.item(), grads={n: _full(q.grad) for n, q in model.named_parameters()}))
     return out
@@ -278,15 +286,17 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
         if pd.dp_shard_enabled:
             rec["fsdp"] = apply_fsdp(model, pd)
         ids, labels = batch
+        device = next(base.parameters()).device
+        inputs = {k: v.to(device) for k, v in model_inputs_of(base, swapped, ids).items()}
         if conf.get("replicated_data"):
-            loss_group, local = None, (ids, labels)
+            loss_group, local = None, (ids, labels, inputs)
         else:
             bm = pd.get_mesh("batch")
-            rows, r = BATCH // bm.size(), bm.get_local_rank()
-            local, loss_group = (ids[r * rows : (r + 1) * rows], labels[r * rows : (r + 1) * rows]), bm.get_group()
-        device = next(base.parameters()).device
-        par = train_steps(model, local[0].to(device), local[1].to(device), ids.numel(), loss_group)
-        ref = reference_steps(base, par, ids.to(device), labels.to(device))
+            rows = slice(BATCH // bm.size() * bm.get_local_rank(), BATCH // bm.size() * (bm.get_local_rank() + 1))
+            local = (ids[rows], labels[rows], {k: v[rows] for k, v in inputs.items()})  # a modality mask's rows too
+            loss_group = bm.get_group()
+        par = train_steps(model, local[0].to(device), local[1].to(device), ids.numel(), loss_group, local[2])
+        ref = reference_steps(base, par, ids.to(device), labels.to(device), inputs)
         ok, rec["steps"] = compare_steps(par, ref, tracked, free[0]["weights"], free)
         rec["status"] = "PASS" if ok else "FAIL"
         if not ok:
@@ -465,6 +475,21 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
                 "parity check",
             )
         )
+    wrappers = [e.pattern for e in plan.entries if str(e.spec) == "titan_moe(role=wrapper)"]
+    held = next((w for w in wrappers if any(w.startswith(f"{o}.") for o in wrappers)), None)
+    if held:  # an MoE inside an MoE (a per-modality MoE's second) left out of torchtitan's sharding: its experts whole
+        # on every rank, each rank's full output then summed over TP with the first modality's partial sums
+        out.append(
+            (
+                f"wrong layout: the {held.rsplit('.', 1)[-1]}'s experts whole on every rank, not sharded as the first "
+                "MoE's (check's role rules off)",
+                plan.replaced(
+                    f"*.{held.rsplit('.', 1)[-1]}.routed_experts.inner_experts", S("replicate", mode="plain")
+                ),
+                False,
+                "parity check",
+            )
+        )
     patterns = {e.pattern for e in plan.entries}
     gate = next(  # an attention output gate: a gate beside an o_proj; in plan order, the same on every rank (a set's
         # order follows each process's own hash seed: ranks picked different gates and deadlocked in their collectives)
@@ -542,7 +567,10 @@ def model_results(
         "embeddings": next(n for n, p in params.items() if p is embeddings(base).weight),  # dbrx: transformer.wte
     }  # every gradient is compared; these are named
     t = time.perf_counter()
-    free = train_steps(copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel())  # one process on its own
+    inputs = {k: v.to(device) for k, v in model_inputs_of(base, swapped, ids).items()}
+    free = train_steps(
+        copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel(), inputs=inputs
+    )  # one process
     ref_s = time.perf_counter() - t
     hf_tp_plan = getattr(cfg, "base_model_tp_plan", None)
     prototypes = {e.expression.name: e.expression for e in swapped.values() if not e.expression.in_torchtitan}

@@ -385,20 +385,23 @@ def _fused_mlp(module: nn.Module) -> tuple[str, str, int] | None:
 
 
 def _moe_entries(name: str, moe: MoE) -> list:
-    "Every module of a torchtitan MoE that holds state, with its role in torchtitan's own sharding."
+    "Every module of a torchtitan MoE that holds state, with its role in torchtitan's own sharding (in the MoE nearest it)."
     out = []
+    nested = sorted((s for s, m in moe.named_modules() if s and isinstance(m, MoE)), key=len, reverse=True)
     for sub, m in moe.named_modules():
         if not _has_own_state(m):
             continue
+        own = next((s for s in nested if sub == s or sub.startswith(f"{s}.")), "")  # a per-modality MoE's second
+        rel = sub[len(own) :].removeprefix(".")
         role = (
             "wrapper"
-            if not sub
+            if not rel
             else "router"
-            if sub.startswith("router")
+            if rel.startswith("router")
             else "experts"
-            if sub.startswith("routed_experts")
+            if rel.startswith("routed_experts")
             else "shared"
-            if sub.startswith("shared_experts")
+            if rel.startswith("shared_experts")
             else "other"
         )
         out.append(Entry(f"{name}.{sub}" if sub else name, S("titan_moe", role=role)))
@@ -1315,6 +1318,12 @@ def _titan_config_tree(module, cfg, path=""):
             yield from _titan_config_tree(child, sub, f"{path}.{name}" if path else name)
 
 
+def _outermost_moe(name: str, modules: dict[str, nn.Module]) -> bool:
+    "No MoE holds the module `name` (a per-modality MoE's second is sharded with the one holding it)."
+    parts = name.split(".")
+    return not any(isinstance(modules.get(".".join(parts[:i])), MoE) for i in range(1, len(parts)))
+
+
 def apply_model_parallel(
     model: nn.Module,
     plan: Plan,
@@ -1350,13 +1359,16 @@ def apply_model_parallel(
             tied
         ):  # each style made its own Parameter; both shard the vocab dim (Shard(0)), so one tensor serves both again
             model.lm_head.weight = embeddings(model).weight
-    moe_names = {n: m for n, m in modules.items() if isinstance(m, MoE)}
+    moe_names = {n: m for n, m in modules.items() if isinstance(m, MoE) and _outermost_moe(n, modules)}
     for (mname, moe), (probe, expression) in zip(moe_names.items(), swapped.values(), strict=True):
-        cfg = expression.config(probe)
+        cfg = expression.parallel_config(moe, probe) if expression.parallel_config else expression.config(probe)
         set_moe_sharding_config(cfg, enable_ep=ep, enable_sp=tp, expert_param_layout=expression.expert_param_layout)
         shared_gate_sharding(cfg.shared_experts)
         expression.sharding(cfg)  # a prototype's own tensors get their TP layout too
         for suffix, mod, sub in _titan_config_tree(moe, cfg):
+            spec = resolved.get(f"{mname}.{suffix}" if suffix else mname)
+            if spec is not None and spec.kind != "titan_moe":  # the plan gives this part another layout (a control's)
+                continue
             if sub.sharding_config is not None:
                 mod._sharding_config = sub.sharding_config
             if (
@@ -1366,12 +1378,13 @@ def apply_model_parallel(
                     f"{mname}.{suffix}: torchtitan's set_moe_sharding_config gives it no TP sharding config "
                     "(core change: a TP layout for this MoE part)"
                 )
-        if ep:  # torchtitan's EP token dispatcher: all-to-all over the ep mesh, wired by parallelize()
-            local = moe.routed_experts.token_dispatcher
-            dispatcher = AllToAllTokenDispatcher.Config(num_experts=probe.num_experts, top_k=probe.top_k).build()
+        for part in (m for m in moe.modules() if isinstance(m, MoE) and ep):  # a per-modality MoE holds two
+            # torchtitan's EP token dispatcher: all-to-all over the ep mesh, wired by parallelize()
+            local = part.routed_experts.token_dispatcher
+            dispatcher = AllToAllTokenDispatcher.Config(num_experts=local.num_experts, top_k=local.top_k).build()
             dispatcher.__dict__ |= {k: v for k, v in vars(local).items() if k not in vars(dispatcher)}  # its settings
             dispatcher.__class__ = all_to_all_form(type(local))
-            moe.routed_experts.token_dispatcher = dispatcher
+            part.routed_experts.token_dispatcher = dispatcher
         if tp or ep:
             moe.parallelize(parallel_dims)
         summary["titan"][mname] = dict(ep=ep, tp=tp, dispatcher=type(moe.routed_experts.token_dispatcher).__name__)
@@ -1399,25 +1412,28 @@ def apply_fsdp(model: nn.Module, parallel_dims) -> str:
         if moe is None:
             fully_shard(layer, mesh=dp_mesh, reshard_after_forward=True)
             continue
-        experts = moe.routed_experts.inner_experts
-        expert_params = set(experts.parameters())
         size = edp_mesh["efsdp"].size() * parallel_dims.ep if parallel_dims.ep > 1 else dp_mesh.size()
-        placement = Shard(1) if size > experts.num_experts else Shard(0)
+        placements = {  # every expert set the layer holds (a per-modality MoE holds two)
+            p: Shard(1) if size > part.routed_experts.inner_experts.num_experts else Shard(0)
+            for part in moe.modules()
+            if isinstance(part, MoE)
+            for p in part.routed_experts.inner_experts.parameters()
+        }
         if parallel_dims.ep == 1:
             fully_shard(
                 layer,
                 mesh=dp_mesh,
                 reshard_after_forward=True,
                 shard_placement_fn=None
-                if placement == Shard(0)
-                else (lambda p, _e=expert_params: Shard(1) if p in _e else None),
+                if all(pl == Shard(0) for pl in placements.values())
+                else (lambda p, _e=placements: _e.get(p)),
             )
         else:
             edp_info, dp_info = _get_mesh_info(edp_mesh, None), _get_mesh_info(dp_mesh, None)
 
-            def fn(p, _e=expert_params, _pl=placement, _ei=edp_info, _di=dp_info):
+            def fn(p, _e=placements, _ei=edp_info, _di=dp_info):
                 return (
-                    ShardPlacementResult(placement=_pl, mesh_info=_ei)
+                    ShardPlacementResult(placement=_e[p], mesh_info=_ei)
                     if p in _e
                     else ShardPlacementResult(placement=Shard(0), mesh_info=_di)
                 )

@@ -17,13 +17,15 @@ sections) and granitemoehybrid's (one group: B and C whole on every rank, the ga
 `head_sharded` on dims 1 and 2, `kv_proj` `blockwise` in its k and v sections, the router and the output bias (added
 once) replicated; its output a partial sum reduce-scattered, caught when each rank's share of its input's gradient is
 taken for the whole), and longcat_flash's layer of module lists (two attentions, two MLPs, two pairs of norms, each
-item planned as a child; caught when the norms of the lists are left out) beside its identity experts' TP form, and hy_v4's
-two: its hyper-connections (`attn_hc`, `ffn_hc`, `hc_head`), modules acting per token on the residual stream found by
+item planned as a child; caught when the norms of the lists are left out) beside its identity experts' TP form, and
+hy_v4's two: its hyper-connections (`attn_hc`, `ffn_hc`, `hc_head`), modules acting per token on the residual stream found by
 the plan's probe, `token_sp` (weights whole on the sequence-sharded stream, sequence parallel; caught when run on each
 rank's own tokens with plain weights, their gradient never summed), and its MLA attention's per-head sinks
 `head_sharded` (the kernel under `local_map` the model's own eager one, reading the rank's sinks; caught at run time
-when kept whole). One torchrun launch per world size, the TP configuration alone, on the small models; at world size 4 only the models
-whose TP degree reaches 4 there."""
+when kept whole), and ernie4_5_vl_moe's per-modality MoE (its modality MoE, a second torchtitan MoE inside the first,
+sharded as the first, on a mixed modality mask; caught when its experts are left whole on every rank). One torchrun
+launch per world size, the TP configuration alone, on the small models; at world size 4 only the models whose TP
+degree reaches 4 there."""
 
 import json
 
@@ -88,6 +90,7 @@ CASES = [
         "parity check",
     ),
     ("hy_v4", "head_sharded", "self_attn", "wrong layout: the attention's per-head state", "runtime error"),
+    ("ernie4_5_vl_moe", "titan_moe", "modality_moe", "wrong layout: the modality_moe's experts", "parity check"),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 # World size 4 holds the models whose TP degree reaches 4 there. Most small configs have 2 kv heads, so at world

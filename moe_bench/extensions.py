@@ -11,7 +11,6 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import NamedTuple
 
 import spmd_types as spmd
@@ -777,6 +776,11 @@ IDENTITY_EXPERTS_CORE_CHANGE = (
 IDENTITY_ROWS = ("w1_EFD", "w3_EFD")  # the weights HF holds identity experts' rows of (its gate_up_proj), never read
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    "The rank's own part of a tensor: a DTensor's local shard, a plain tensor itself."
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
 def _split_within_experts(w: torch.Tensor) -> bool:
     "Whether the first rank of every mesh dim that splits `w` within its experts (dim 1 or 2: TP) is this one's."
     if not isinstance(w, DTensor):
@@ -799,7 +803,7 @@ class IdentityTailGroupedExperts(GroupedExperts):
     def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
         w2_EDF = self.w2_EDF
         # the computing experts here: all of them, or under EP this rank's (the identity rows then stayed behind)
-        computing = (w2_EDF.to_local() if isinstance(w2_EDF, DTensor) else w2_EDF).shape[0]
+        computing = _local(w2_EDF).shape[0]
         rows = int(num_tokens_per_expert_E[:computing].sum())  # the dispatcher's rows are grouped by expert, in order
         out_RD = self.computing_forward(self, x_RD[:rows], num_tokens_per_expert_E[:computing])
         identity_RD = x_RD[rows:].to(out_RD.dtype)
@@ -873,11 +877,6 @@ def routed_output(moe: MoE, x_BLD: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             moe.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
     return moe.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    "The rank's own part of a tensor: a DTensor's local shard, a plain tensor itself."
-    return t.to_local() if isinstance(t, DTensor) else t
 
 
 class PerModalityMoE(MoE):

@@ -919,9 +919,11 @@ class _TokenParallelState:
         def inputs(mod, args, kwargs):
             return tree_map(enter, (args, kwargs))
 
+        def on_stream(t):
+            return DTensor.from_local(t, mesh, list(stream), run_check=False) if isinstance(t, torch.Tensor) else t
+
         def outputs(mod, args, kwargs, out):
-            on_stream = lambda t: DTensor.from_local(t, mesh, list(stream), run_check=False)  # noqa: E731
-            return tree_map(lambda t: on_stream(t) if isinstance(t, torch.Tensor) else t, out)
+            return tree_map(on_stream, out)
 
         module.register_forward_pre_hook(inputs, with_kwargs=True)
         if self.local:
@@ -1123,6 +1125,19 @@ class RowwiseReplicated(RowwiseParallel):
         return whole.to_local(grad_placements=[Partial()] if self.partial_grad else None)
 
 
+def _stream_gathered(t: torch.Tensor, mesh) -> DTensor:
+    "The sequence-sharded stream (a Shard(1) DTensor, or the rank's plain shard of it) gathered whole: Replicate."
+    t = t if isinstance(t, DTensor) else DTensor.from_local(t, mesh, [Shard(1)], run_check=False)
+    return t.redistribute(placements=[Replicate()])
+
+
+def _on_stream(args: tuple, kwargs: dict, kwarg: str, fn: Callable) -> tuple[tuple, dict]:
+    "(args, kwargs) with `fn` applied to the stream: `kwarg` where passed by keyword, else the first positional input."
+    if kwarg in kwargs:
+        return args, kwargs | {kwarg: fn(kwargs[kwarg])}
+    return ((fn(args[0]), *args[1:]) if args else args), kwargs
+
+
 class GatherHiddenStates(ParallelStyle):
     """The sequence-sharded stream `kwarg` gathered to a Replicate DTensor (left local with `local`), whether passed by
     keyword or, where it is not, first by position; `replicated` names an input lifted as it is to a Replicate DTensor
@@ -1134,8 +1149,7 @@ class GatherHiddenStates(ParallelStyle):
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
         def gather(t):
-            t = t if isinstance(t, DTensor) else DTensor.from_local(t, device_mesh, [Shard(1)], run_check=False)
-            t = t.redistribute(placements=[Replicate()])
+            t = _stream_gathered(t, device_mesh)
             return t.to_local() if self.local else t
 
         def lift(t):
@@ -1146,9 +1160,7 @@ class GatherHiddenStates(ParallelStyle):
         def hook(mod, args, kwargs):
             if self.replicated in kwargs:
                 kwargs = kwargs | {self.replicated: lift(kwargs[self.replicated])}
-            if self.kwarg in kwargs:
-                return args, kwargs | {self.kwarg: gather(kwargs[self.kwarg])}
-            return ((gather(args[0]), *args[1:]) if args else args), kwargs
+            return _on_stream(args, kwargs, self.kwarg, gather)
 
         module.register_forward_pre_hook(hook, with_kwargs=True)
         return module
@@ -1169,13 +1181,10 @@ class PartialSumRegion(ParallelStyle):
         grad = [Partial()] if self.partial_grad else None
 
         def gather(t):
-            t = t if isinstance(t, DTensor) else DTensor.from_local(t, device_mesh, [Shard(1)], run_check=False)
-            return t.redistribute(placements=[Replicate()]).to_local(grad_placements=grad)
+            return _stream_gathered(t, device_mesh).to_local(grad_placements=grad)
 
         def inputs(mod, args, kwargs):
-            if args:
-                return (gather(args[0]), *args[1:]), kwargs
-            return args, kwargs | {self.kwarg: gather(kwargs[self.kwarg])}
+            return _on_stream(args, kwargs, self.kwarg, gather)
 
         def output(mod, args, kwargs, out):
             first = out[0] if isinstance(out, tuple) else out

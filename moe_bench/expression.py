@@ -174,6 +174,9 @@ class Expression:
     exercise: Callable[[list[nn.Module], MoEProbe, Callable[[], object]], None] = (  # (HF blocks in order, probe, a
         lambda blocks, probe, run: None  # run through them): values a random init leaves unexercised, set from the
     )  # run before any comparison (zaya's skip class, which random weights hardly ever choose)
+    training_stand_in: Callable[[nn.Module], str] | None = None  # (built module) -> what it changed and why: where
+    # the module cannot train as HF does in a way one process can repeat (phimoe's sampled picks), the deterministic
+    # rule phase 4 trains with instead; phase 4 records the sentence and its verdict stays BLOCKED
 
     @property
     def in_torchtitan(self) -> bool:
@@ -1100,12 +1103,22 @@ def _build_sparsemixer(block: nn.Module, probe: MoEProbe, gate_float32: bool = T
     return titan
 
 
+def _sparsemixer_stand_in(titan: MoE) -> str:
+    titan.router.deterministic_in_training = True
+    return (
+        "SparseMixer's eval-mode routing trained in its place: HF's training mode samples each pick with Gumbel noise "
+        "from each process's own random stream (and jitters the input, and trains through Heun's estimator), which no "
+        "one-process run repeats"
+    )
+
+
 SPARSEMIXER = block_prototype(
     name="sparsemixer_router",
     core_changes=(SPARSEMIXER_CORE_CHANGE,),
     applies=sparsemixer_applies,
     build=_build_sparsemixer,
     config=lambda probe: titan_moe_config(_as_core_scored(probe)),
+    training_stand_in=_sparsemixer_stand_in,
 )
 
 # %% ../nbs/00f_expression.ipynb #4ca93b45

@@ -402,10 +402,11 @@ class SparseMixerRouter(TokenChoiceTopKRouter):
     "Prototype of the core change: `TokenChoiceTopKRouter` routing by SparseMixer's eval-mode rule (`sparsemixer_topk`)."
 
     jitter_eps: float  # HF's `router_jitter_noise`, set on the instance by the expression that builds it
+    deterministic_in_training: bool = False  # phase 4's stand-in: the eval-mode rule in training too (it says so)
 
     def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
-        if self.training:  # HF samples its picks there (Gumbel noise) and trains through Heun's estimator
-            raise NotImplementedError(
+        if self.training and not self.deterministic_in_training:  # HF samples its picks there (Gumbel noise) and
+            raise NotImplementedError(  # trains through Heun's estimator
                 "SparseMixerRouter prototypes SparseMixer's eval-mode routing only: its training mode (Gumbel-sampled "
                 "picks, Heun's third-order multiplier backward, input jitter) is out of scope"
             )

@@ -43,9 +43,9 @@ from .synth import synthetic_config, synthetic_overrides
 
 # %% auto #0
 __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'parallel_test_config',
-           'parallel_test_model', 'tp_degree', 'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps',
-           'reference_steps', 'compare_steps', 'parity_error', 'run_config', 'negative_plans', 'model_results',
-           'worker']
+           'parallel_test_model', 'training_stand_ins', 'tp_degree', 'parallel_configs', 'make_batch',
+           'model_inputs_of', 'train_steps', 'reference_steps', 'compare_steps', 'parity_error', 'run_config',
+           'negative_plans', 'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
 def parallel_test_config(model: str, layers: int = 2):
@@ -69,6 +69,16 @@ def parallel_test_model(
     )  # a text config without a causal-LM class gets a linear LM head
     randomize_(hf, seed=seed, std=cfg.initializer_range)
     return hf, cfg, swap_titan_moe(hf, cfg)
+
+# %% ../nbs/04c_worker.ipynb #ab71fb9f
+def training_stand_ins(model: torch.nn.Module, swapped: dict[int, Expressed]) -> list[str]:
+    "Switch each swapped MoE layer whose expression has a `training_stand_in` to it; what each said, once per expression."
+    layers, said = decoder_layers(model), {}
+    for i, e in swapped.items():
+        if e.expression.training_stand_in is not None:
+            moe = next(m for m in layers[i].modules() if isinstance(m, MoE))
+            said.setdefault(e.expression.name, e.expression.training_stand_in(moe))
+    return [f"{name}: {why}" for name, why in said.items()]
 
 # %% ../nbs/04c_worker.ipynb #964d22b3
 SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1
@@ -539,6 +549,7 @@ def model_results(
     "On every rank: one model's reference, its four configurations and its controls; the results rank 0 writes."
     start = time.perf_counter()
     base, cfg, swapped = parallel_test_model(model_name, seed=SEED)
+    stand_ins = training_stand_ins(base, swapped)
     base.to(device)
     check = torch.tensor([sum(p.double().sum().item() for p in base.parameters())], dtype=torch.float64, device=device)
     sums = [torch.zeros_like(check) for _ in range(dist.get_world_size())]
@@ -622,6 +633,7 @@ def model_results(
         extension="; ".join(f"{e.name} (prototypes {e.prototypes})" for e in prototypes.values()) or None,
         tracked=tracked,
         cpu_adaptations=cpu_compat.describe(),
+        stand_ins=stand_ins,
         plan=plan.as_json(),
         plan_attention=plan.attention,
         tolerance=dict(

@@ -70,7 +70,7 @@ def parallel_test_model(
     randomize_(hf, seed=seed, std=cfg.initializer_range)
     return hf, cfg, swap_titan_moe(hf, cfg)
 
-# %% ../nbs/04c_worker.ipynb #ab71fb9f
+# %% ../nbs/04c_worker.ipynb #e6651eb2
 def training_stand_ins(model: torch.nn.Module, swapped: dict[int, Expressed]) -> list[str]:
     "Switch each swapped MoE layer whose expression has a `training_stand_in` to it; what each said, once per expression."
     layers, said = decoder_layers(model), {}

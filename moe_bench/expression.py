@@ -684,7 +684,7 @@ EXPERT_PROJECTIONS = block_prototype(
     export=lambda titan, block, probe: _apply(
         dict(titan.state_dict()), expert_projections_rules(block, probe), forward=False
     ),
-    # TP: the post norm all-reduces the experts' partial sums first; EP: its weight whole on each rank, gradient summed
+    # TP: the experts' rows computed whole before their post norm; EP: its weight whole on each rank, gradient summed
     sharding=expert_projections_sharding,
 )
 

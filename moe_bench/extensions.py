@@ -698,11 +698,14 @@ class LogitMultiplierRouter(TokenChoiceTopKRouter):
 class PostNormGroupedExperts(GroupedExperts):
     """Prototype of the core change's experts: `GroupedExperts` with a norm of one form of `NORM_FORMS` on their output
     rows. The norm needs whole rows. Under EP (the weights split on the expert dim) each rank's rows are whole: its
-    own experts' outputs. Under TP (split within each expert, on its hidden width) each rank holds a partial sum of
-    every row: all-reduced before the norm, which then reads whole rows on every rank, its output counted once (the
-    first rank's; zero, still in the graph, on the others), so the rows leave as the partial sums torchtitan's combine
-    and its reduce-scatter expect. The weight is whole on every rank; its gradient is summed over every mesh dim that
-    splits the experts (EP: each rank's own tokens; TP: the first rank's count)."""
+    own experts' outputs. Under TP (split within each expert, on its hidden width) each rank's rows would be partial
+    sums, and a norm of their all-reduced sum differs from one process's rows by its rounding, which the norm's
+    gradient amplifies past the parity tolerance (1.41x on w3's gradient, measured); so each rank computes the whole
+    rows from the weights gathered whole (as FSDP gathers them; stored sharded), exactly as one process does, and its
+    output is counted once (the first rank's; zero, still in the graph, on the others), leaving as the partial sums
+    torchtitan's combine and its reduce-scatter expect; the gathered weights' gradients are reduce-scattered back to
+    their shards. The norm's weight is whole on every rank; its gradient is summed over every mesh dim that splits the
+    experts (EP: each rank's own tokens; TP: the first rank's count)."""
 
     reduce_partial_sums: bool = True  # False: a negative control's layout, the norm on each TP rank's partial sums
 
@@ -717,23 +720,29 @@ class PostNormGroupedExperts(GroupedExperts):
         return NORM_FORMS[self.norm_form](out_RD, self.post_norm_D, self.norm_eps)
 
     def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
-        out_RD, w2_EDF, weight_D = super().forward(x_RD, num_tokens_per_expert_E), self.w2_EDF, self.post_norm_D
+        w2_EDF, weight_D = self.w2_EDF, self.post_norm_D
         if not isinstance(weight_D, DTensor):
-            return self.post_norm(out_RD)
-        split = {
-            n for n, p in zip(w2_EDF.device_mesh.mesh_dim_names, w2_EDF.placements, strict=True) if isinstance(p, Shard)
-        }
+            return self.post_norm(super().forward(x_RD, num_tokens_per_expert_E))
+        split = {n for n, p in zip(w2_EDF.device_mesh.mesh_dim_names, w2_EDF.placements, strict=True) if p.is_shard()}
         names = weight_D.device_mesh.mesh_dim_names
         weight_D = weight_D.to_local(grad_placements=[Partial() if n in split else Replicate() for n in names])
-        within = [isinstance(p, Shard) and p.dim > 0 for p in w2_EDF.placements]  # TP: partial sums
-        if any(within) and self.reduce_partial_sums:
-            partial = [Partial() if w else Replicate() for w in within]
-            whole = DTensor.from_local(out_RD, w2_EDF.device_mesh, partial, run_check=False)
-            out_RD = whole.redistribute(placements=[Replicate()] * len(within)).to_local(grad_placements=partial)
+        within = [isinstance(p, Shard) and p.dim > 0 for p in w2_EDF.placements]  # TP: split on the hidden width
+        if not any(within) or not self.reduce_partial_sums:  # EP: whole rows (or a control's partial sums)
+            return NORM_FORMS[self.norm_form](super().forward(x_RD, num_tokens_per_expert_E), weight_D, self.norm_eps)
+        grad = [Partial() if w else Replicate() for w in within]  # the first rank's gradient, zero on the others
+        kept = {n: w for n, w in self._parameters.items() if n != "post_norm_D"}
+        self._parameters.update(
+            {
+                n: w.redistribute(placements=[Replicate()] * len(within)).to_local(grad_placements=grad)
+                for n, w in kept.items()
+            }
+        )
+        try:
+            out_RD = super().forward(x_RD, num_tokens_per_expert_E)
+        finally:
+            self._parameters.update(kept)
         y_RD = NORM_FORMS[self.norm_form](out_RD, weight_D, self.norm_eps)
-        if any(within) and self.reduce_partial_sums and not _split_within_experts(w2_EDF):
-            y_RD = y_RD * 0  # counted once: the first rank's
-        return y_RD
+        return y_RD if _split_within_experts(w2_EDF) else y_RD * 0  # counted once: the first rank's
 
 
 class ExpertProjectionsMoE(MoE):

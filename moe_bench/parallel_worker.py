@@ -496,7 +496,7 @@ def negative_plans(
         # experts whose own norm reads whole rows (muse_spark's post norm): run on each TP rank's partial sums
         out.append(
             (
-                "wrong reduction: the experts' post norm on each rank's partial sums, not all-reduced first",
+                "wrong reduction: the experts' post norm on each rank's partial sums, not on whole rows",
                 plan.replaced("*.routed_experts.inner_experts", S("titan_moe", role="experts", unreduced=True)),
                 True,
                 "parity check",

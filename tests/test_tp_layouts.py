@@ -24,8 +24,9 @@ rank's own tokens with plain weights, their gradient never summed), and its MLA 
 `head_sharded` (the kernel under `local_map` the model's own eager one, reading the rank's sinks; caught at run time
 when kept whole), and ernie4_5_vl_moe's per-modality MoE (its modality MoE, a second torchtitan MoE inside the first,
 sharded as the first, on a mixed modality mask; caught when its experts are left whole on every rank), and
-muse_spark's experts with their own post norm (`PostNormGroupedExperts`: each rank's partial sums all-reduced before
-the norm, its output counted once; caught when the norm runs on each rank's partial sums). One torchrun
+muse_spark's experts with their own post norm (`PostNormGroupedExperts`: the rows computed whole on each rank from
+the gathered weights before the norm, its output counted once; caught when the norm runs on each rank's partial
+sums), beside its residual gates `token_sp` and the embedding's reduce-scatter before its `embed_norm`. One torchrun
 launch per world size, the TP configuration alone, on the small models; at world size 4 only the models whose TP
 degree reaches 4 there."""
 

@@ -82,6 +82,7 @@ from moe_bench.extensions import (
     WeightDtypeCombineDispatcher,
     build_layer_moe,
     clamped_glu_of,
+    expert_projections_sharding,
     experts_gating,
     export_layer_moe,
     layer_moe_applies,
@@ -686,10 +687,8 @@ EXPERT_PROJECTIONS = block_prototype(
     export=lambda titan, block, probe: _apply(
         dict(titan.state_dict()), expert_projections_rules(block, probe), forward=False
     ),
-    sharding=no_layout_yet(
-        "expert_projections: each expert's post norm needs whole rows (TP leaves partial sums) and its weight, "
-        "shared by the experts, has no expert-parallel placement: no TP or EP layout yet"
-    ),
+    # TP: the experts' rows computed whole before their post norm; EP: its weight whole on each rank, gradient summed
+    sharding=expert_projections_sharding,
 )
 
 # %% ../nbs/00f_expression.ipynb #5c0be4e1a1b54c0c8f3e7a9d11e0a405

@@ -17,7 +17,7 @@ import spmd_types as spmd
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
 from torchtitan.models.common import moe as titan_moe
 from torchtitan.models.common.decoder_sharding import dense_activation_placement, dense_param_placement
@@ -31,7 +31,7 @@ from torchtitan.models.common.token_dispatcher import (
 )
 from torchtitan.models.gpt_oss.moe import GptOssGroupedExperts, ScaleBiasForward, swiglu
 from torchtitan.ops.scatter_add import deterministic_scatter_add
-from torchtitan.protocols.sharding import ShardingConfig, resolve_placements
+from torchtitan.protocols.sharding import ShardingConfig, SpmdLayout, resolve_placements
 
 from .adapter import TensorRule, _apply, block_rules, rename
 from .moe_probe import SCORE_LOGITS, MoEProbe, score_fn_outputs
@@ -52,16 +52,16 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward',
            'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE', 'output_norm_sharding',
            'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts', 'ExpertProjectionsMoE',
-           'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts',
-           'IdentityTailDispatcher', 'IdentityRowsMetadata', 'IdentityTailAllToAll', 'routed_output', 'PerModalityMoE',
-           'mixed_modality_mask', 'PerModalityConfig', 'per_modality_config', 'per_modality_sharding',
-           'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher', 'RouterWeightedSharedMoE',
-           'router_mlp_form', 'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock', 'padded_width',
-           'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_',
-           'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter',
-           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
-           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
-           'layer_moe_sharding']
+           'expert_projections_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
+           'IdentityTailGroupedExperts', 'IdentityTailDispatcher', 'IdentityRowsMetadata', 'IdentityTailAllToAll',
+           'routed_output', 'PerModalityMoE', 'mixed_modality_mask', 'PerModalityConfig', 'per_modality_config',
+           'per_modality_sharding', 'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher',
+           'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock',
+           'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
+           'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter',
+           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
+           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
+           'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -697,7 +697,18 @@ class LogitMultiplierRouter(TokenChoiceTopKRouter):
 
 
 class PostNormGroupedExperts(GroupedExperts):
-    "Prototype of the core change's experts: `GroupedExperts` with a norm of one form of `NORM_FORMS` on their output rows."
+    """Prototype of the core change's experts: `GroupedExperts` with a norm of one form of `NORM_FORMS` on their output
+    rows. The norm needs whole rows. Under EP (the weights split on the expert dim) each rank's rows are whole: its
+    own experts' outputs. Under TP (split within each expert, on its hidden width) each rank's rows would be partial
+    sums, and a norm of their all-reduced sum differs from one process's rows by its rounding, which the norm's
+    gradient amplifies past the parity tolerance (1.41x on w3's gradient, measured); so each rank computes the whole
+    rows from the weights gathered whole (as FSDP gathers them; stored sharded), exactly as one process does, and its
+    output is counted once (the first rank's; zero, still in the graph, on the others), leaving as the partial sums
+    torchtitan's combine and its reduce-scatter expect; the gathered weights' gradients are reduce-scattered back to
+    their shards. The norm's weight is whole on every rank; its gradient is summed over every mesh dim that splits the
+    experts (EP: each rank's own tokens; TP: the first rank's count)."""
+
+    reduce_partial_sums: bool = True  # False: a negative control's layout, the norm on each TP rank's partial sums
 
     def extend(self, weight_D: torch.Tensor, form: str, eps: float) -> PostNormGroupedExperts:
         "The norm's weight as the experts' own tensor `post_norm_D` (D: the experts' width), its form and eps."
@@ -710,7 +721,29 @@ class PostNormGroupedExperts(GroupedExperts):
         return NORM_FORMS[self.norm_form](out_RD, self.post_norm_D, self.norm_eps)
 
     def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
-        return self.post_norm(super().forward(x_RD, num_tokens_per_expert_E))
+        w2_EDF, weight_D = self.w2_EDF, self.post_norm_D
+        if not isinstance(weight_D, DTensor):
+            return self.post_norm(super().forward(x_RD, num_tokens_per_expert_E))
+        split = {n for n, p in zip(w2_EDF.device_mesh.mesh_dim_names, w2_EDF.placements, strict=True) if p.is_shard()}
+        names = weight_D.device_mesh.mesh_dim_names
+        weight_D = weight_D.to_local(grad_placements=[Partial() if n in split else Replicate() for n in names])
+        within = [isinstance(p, Shard) and p.dim > 0 for p in w2_EDF.placements]  # TP: split on the hidden width
+        if not any(within) or not self.reduce_partial_sums:  # EP: whole rows (or a control's partial sums)
+            return NORM_FORMS[self.norm_form](super().forward(x_RD, num_tokens_per_expert_E), weight_D, self.norm_eps)
+        grad = [Partial() if w else Replicate() for w in within]  # the first rank's gradient, zero on the others
+        kept = {n: w for n, w in self._parameters.items() if n != "post_norm_D"}
+        self._parameters.update(
+            {
+                n: w.redistribute(placements=[Replicate()] * len(within)).to_local(grad_placements=grad)
+                for n, w in kept.items()
+            }
+        )
+        try:
+            out_RD = super().forward(x_RD, num_tokens_per_expert_E)
+        finally:
+            self._parameters.update(kept)
+        y_RD = NORM_FORMS[self.norm_form](out_RD, weight_D, self.norm_eps)
+        return y_RD if _split_within_experts(w2_EDF) else y_RD * 0  # counted once: the first rank's
 
 
 class ExpertProjectionsMoE(MoE):
@@ -737,6 +770,20 @@ class ExpertProjectionsMoE(MoE):
         h_BLP = NORM_FORMS[self.norm_form](F.linear(x_BLD, self.in_proj_PD), self.in_norm_P, self.norm_eps)
         out_BLP = self.routed_experts(h_BLP, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
         return F.linear(out_BLP, self.out_proj_DP)
+
+
+def expert_projections_sharding(cfg) -> None:
+    """Add the prototype's tensors to a `MoE.Config` that `set_moe_sharding_config` has filled. The experts' post norm
+    weight takes the experts' weights' mesh axes, replicated on each (one weight shared by all experts, so no expert
+    dim to split on under EP, and the norm reads whole rows under TP): `PostNormGroupedExperts` sums its gradient over
+    the axes that split the experts. The projections and the input norm's weight are replicated on TP, as torchtitan
+    places its router gate and every norm weight: the input norm reads whole rows of the experts' width, which the
+    routed experts then take whole (a Replicate input under TP), and out_proj reads the combined rows whole."""
+    inner = cfg.routed_experts.inner_experts.sharding_config
+    whole = SpmdLayout({axis: spmd.R for axis in inner.state_shardings["w1_EFD"].axes()})
+    inner.state_shardings = inner.state_shardings | {"post_norm_D": whole}
+    replicated = dense_param_placement(tp=spmd.R)
+    cfg.sharding_config.state_shardings |= {n: replicated for n in ("in_proj_PD", "in_norm_P", "out_proj_DP")}
 
 # %% ../nbs/00e_extensions.ipynb #5c0be4e1a1b54c0c8f3e7a9d11e0a402
 SCORE_BEFORE_EXPERTS_CORE_CHANGE = (

@@ -326,8 +326,10 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
     return rec
 
 # %% ../nbs/04c_worker.ipynb #305e6691
-def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan, bool, str]]:
-    "(label, wrong plan, role rules on, what must catch it) for the model's plan."
+def negative_plans(
+    plan: Plan, hf_tp_plan: dict | None, model: torch.nn.Module | None = None
+) -> list[tuple[str, Plan, bool, str]]:
+    "(label, wrong plan, role rules on, what must catch it) for the model's plan (and its modules, where given)."
     # the norms inside a decoder layer (an indexed name: model.layers.0, dbrx's transformer.blocks.0), not the final one,
     # each named by its last word that is not a list index (longcat_flash's `post_attention_layernorm.0` and `.1`);
     # without any (qwen4_exp's hyper-connections hold its norms, axk2's gated norms a norm and a gate), its per-token ones
@@ -500,6 +502,16 @@ def negative_plans(plan: Plan, hf_tp_plan: dict | None) -> list[tuple[str, Plan,
                 "parity check",
             )
         )
+    if any(getattr(m, "reduce_partial_sums", False) for m in (model.modules() if model is not None else ())):
+        # experts whose own norm reads whole rows (muse_spark's post norm): run on each TP rank's partial sums
+        out.append(
+            (
+                "wrong reduction: the experts' post norm on each rank's partial sums, not on whole rows",
+                plan.replaced("*.routed_experts.inner_experts", S("titan_moe", role="experts", unreduced=True)),
+                True,
+                "parity check",
+            )
+        )
     patterns = {e.pattern for e in plan.entries}
     gate = next(  # an attention output gate: a gate beside an o_proj; in plan order, the same on every rank (a set's
         # order follows each process's own hash seed: ranks picked different gates and deadlocked in their collectives)
@@ -594,7 +606,7 @@ def model_results(
         negative_controls and next(r for r in results if r["name"] == "TP")["status"] == "PASS"
     ):  # a control needs a TP run that passes
         tp_conf = next(c for c in confs if c["name"] == "TP")
-        for label, bad, rules, expected in negative_plans(plan, hf_tp_plan):
+        for label, bad, rules, expected in negative_plans(plan, hf_tp_plan, base):
             rec = run_config(
                 dict(tp_conf, name=label),
                 base,

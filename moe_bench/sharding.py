@@ -56,9 +56,9 @@ __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ',
            'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES',
            'PROBE_TOKENS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY',
            'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
-           'check_plan', 'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion',
-           'GatheredInputs', 'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form',
-           'apply_model_parallel', 'apply_fsdp']
+           'check_plan', 'EmbeddingParallel', 'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates',
+           'PartialSumRegion', 'GatheredInputs', 'register_local_map_attention', 'shared_gate_sharding',
+           'all_to_all_form', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -158,7 +158,8 @@ FUSED_MLPS = (("input_linear", "output_linear"),)  # ([gate; up] in one Linear, 
 # read as `self.hidden_size`
 FUSED_QKV = {"Wqkv": ("hidden_size",)}
 # a per-channel vector a layer applies token by token beside its norms: muse_spark's residual gate (alpha * residual +
-# beta * hidden, both from `gate`), whose inputs are both on the sequence-parallel stream
+# beta * hidden, both from `gate`), whose inputs are both on the sequence-parallel stream: `token_sp` (its weights
+# whole, each rank on its tokens), which takes every stream input (`SequenceParallel`, a norm's, passes the first alone)
 PER_CHANNEL = ("gate",)
 # lightning attention (minimax): per-head [q; k; v] in one Linear, a sigmoid output gate, a norm over every head, and
 # per-head decay buffers (the rank's heads' rows)
@@ -175,13 +176,14 @@ CONV_SECTIONS = (("key_dim", "key_dim", "value_dim"), ("qkv_dim", "qkv_dim", "qk
 HEAD_WIDTHS = ("head_v_dim", "head_k_dim", "head_dim")  # a norm this wide runs within each head
 
 
-def _is_norm(module: nn.Module, hidden: int) -> bool:
+def _is_norm(module: nn.Module, hidden: int, per_channel: bool = False) -> bool:
     """A module whose only state is one weight (and maybe a bias) of the hidden size, or a per-channel gate of it
-    (`PER_CHANNEL`): applied token by token, it takes a norm's sequence-parallel layout."""
+    (`PER_CHANNEL`, with `per_channel`): applied token by token, it takes a norm's sequence-parallel layout (the gate
+    `token_sp`'s)."""
     state = dict(module.named_parameters())
     return (
         bool(state)
-        and (set(state) <= {"weight", "bias"} or set(state) <= set(PER_CHANNEL))
+        and set(state) <= (set(PER_CHANNEL) if per_channel else {"weight", "bias"})
         and all(p.ndim == 1 and p.numel() == hidden for p in state.values())
     )
 
@@ -450,6 +452,9 @@ def model_plan(model: nn.Module) -> Plan:
                 entries += _moe_entries(names[id(inner)], inner)  # also a MoE inside an adapter (layer-level)
             elif _is_norm(child, hidden):
                 entries.append(Entry(full, S("norm_sp", dim=1)))
+            elif _is_norm(child, hidden, per_channel=True):
+                why = f"a per-channel {PER_CHANNEL} on its stream inputs, per token: weights whole, its tokens sharded (SP)"
+                entries.append(Entry(full, S("token_sp", dim=1, reason=why)))
             elif mlp := next((m for m in DENSE_MLPS if set(m) <= {c for c, _ in child.named_children()}), None):
                 gate, up, down = mlp
                 entries += [
@@ -1036,11 +1041,26 @@ def _replicated_outputs(spec: Spec) -> ParallelStyle:
     return PrepareModuleOutput(output_layouts=layouts, desired_output_layouts=layouts, use_local_output=False)
 
 
+class EmbeddingParallel(RowwiseParallel):
+    """torchtitan's embedding layout (`RowwiseParallel`: weight Shard(0), the looked-up rows a partial sum
+    reduce-scattered to the sequence shards), the reduction made before any module the embedding's own forward applies
+    to those rows (muse_spark's weightless `embed_norm`): a norm there reads whole rows, not each rank's partial sum."""
+
+    def __init__(self):
+        super().__init__(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False)
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        def to_sequence(mod, args):
+            return tuple(a.redistribute(placements=self.output_layouts) if isinstance(a, DTensor) else a for a in args)
+
+        for child in module.children():
+            child.register_forward_pre_hook(to_sequence)
+        return super()._apply(module, device_mesh)
+
+
 # kind (or "replicate:<mode>") -> the torch ParallelStyle of a spec: the table above, as code
 STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] = {
-    "embedding": lambda spec: RowwiseParallel(
-        input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False
-    ),
+    "embedding": lambda spec: EmbeddingParallel(),
     "colwise": lambda spec: ColwiseParallel(use_local_output=bool(spec.opt("local", True))),
     "rowwise_sp": lambda spec: RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
     "norm_sp": lambda spec: SequenceParallel(
@@ -1380,6 +1400,8 @@ def apply_model_parallel(
                 continue
             if sub.sharding_config is not None:
                 mod._sharding_config = sub.sharding_config
+            if spec is not None and spec.opt("unreduced"):  # a control's: the module's TP partial sums left unreduced
+                mod.reduce_partial_sums = False
             if (
                 _has_own_state(mod) and sub.sharding_config is None and tp
             ):  # without TP such a module is simply replicated

@@ -23,7 +23,10 @@ the plan's probe, `token_sp` (weights whole on the sequence-sharded stream, sequ
 rank's own tokens with plain weights, their gradient never summed), and its MLA attention's per-head sinks
 `head_sharded` (the kernel under `local_map` the model's own eager one, reading the rank's sinks; caught at run time
 when kept whole), and ernie4_5_vl_moe's per-modality MoE (its modality MoE, a second torchtitan MoE inside the first,
-sharded as the first, on a mixed modality mask; caught when its experts are left whole on every rank). One torchrun
+sharded as the first, on a mixed modality mask; caught when its experts are left whole on every rank), and
+muse_spark's experts with their own post norm (`PostNormGroupedExperts`: the rows computed whole on each rank from
+the gathered weights before the norm, its output counted once; caught when the norm runs on each rank's partial
+sums), beside its residual gates `token_sp` and the embedding's reduce-scatter before its `embed_norm`. One torchrun
 launch per world size, the TP configuration alone, on the small models; at world size 4 only the models whose TP
 degree reaches 4 there."""
 
@@ -91,6 +94,13 @@ CASES = [
     ),
     ("hy_v4", "head_sharded", "self_attn", "wrong layout: the attention's per-head state", "runtime error"),
     ("ernie4_5_vl_moe", "titan_moe", "modality_moe", "wrong layout: the modality_moe's experts", "parity check"),
+    (
+        "muse_spark",
+        "titan_moe",
+        "inner_experts",
+        "wrong reduction: the experts' post norm on each rank's partial sums",
+        "parity check",
+    ),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 # World size 4 holds the models whose TP degree reaches 4 there. Most small configs have 2 kv heads, so at world

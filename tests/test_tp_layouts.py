@@ -23,7 +23,12 @@ the plan's probe, `token_sp` (weights whole on the sequence-sharded stream, sequ
 rank's own tokens with plain weights, their gradient never summed), and its MLA attention's per-head sinks
 `head_sharded` (the kernel under `local_map` the model's own eager one, reading the rank's sinks; caught at run time
 when kept whole), and ernie4_5_vl_moe's per-modality MoE (its modality MoE, a second torchtitan MoE inside the first,
-sharded as the first, on a mixed modality mask; caught when its experts are left whole on every rank). One torchrun
+sharded as the first, on a mixed modality mask; caught when its experts are left whole on every rank), and zaya's
+compressed convolutional attention (its two convs over cat(q, k) `blockwise` on the q and k heads, the group count
+the rank's own; its value halves `blockwise` with `span`, each rank's kv heads of cat(current, delayed), caught when
+each half is split column-wise; its key scale `head_sharded`), its residual scaling `token_sp` on two stream inputs
+(the block's output and the residual) and its router MLP replicated as torchtitan's router gate (caught by the setup
+check as plain tensors). One torchrun
 launch per world size, the TP configuration alone, on the small models; at world size 4 only the models whose TP
 degree reaches 4 there."""
 
@@ -91,6 +96,17 @@ CASES = [
     ),
     ("hy_v4", "head_sharded", "self_attn", "wrong layout: the attention's per-head state", "runtime error"),
     ("ernie4_5_vl_moe", "titan_moe", "modality_moe", "wrong layout: the modality_moe's experts", "parity check"),
+    ("zaya", "blockwise", "conv_qk_depthwise", "wrong layout: conv_qk_depthwise contiguously Shard(0)", "parity check"),
+    ("zaya", "blockwise", "v_proj_delayed", "wrong layout: v_proj_current and v_proj_delayed each", "parity check"),
+    (
+        "zaya",
+        "token_sp",
+        "post_mlp_residual_scale",
+        "wrong reduction: the per-token post_attention_residual_scale",
+        "parity check",
+    ),
+    ("zaya", "head_sharded", "qk_norm", "wrong layout: the attention's per-head state", "runtime error"),
+    ("zaya", "replicate", "router.mlp", "wrong reduction: the router part mlp a plain replicated", "setup check"),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 # World size 4 holds the models whose TP degree reaches 4 there. Most small configs have 2 kv heads, so at world

@@ -102,6 +102,7 @@ from moe_bench.extensions import (
     per_modality_sharding,
     plain_silu,
     router_mlp_form,
+    router_state_sharding,
     score_func_of,
     softcapped_glu_of,
     sparsemixer_eps_of,
@@ -899,10 +900,7 @@ ROUTER_MLP = block_prototype(
     swap=_swap_router_state,
     judged_moe_layer=1,
     exercise=skip_classes_exercised_,
-    sharding=no_layout_yet(
-        "router_mlp: the router MLP, the skip class's bias entry and the carried router state have no TP or EP "
-        "layout yet (set_moe_sharding_config knows a linear gate over the experts)"
-    ),
+    sharding=router_state_sharding,
 )
 
 # %% ../nbs/00f_expression.ipynb #766de8f1

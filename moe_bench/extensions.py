@@ -57,11 +57,11 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'routed_output', 'PerModalityMoE', 'mixed_modality_mask', 'PerModalityConfig', 'per_modality_config',
            'per_modality_sharding', 'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher',
            'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock',
-           'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
-           'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter',
-           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
-           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
-           'swap_layer_moe', 'layer_moe_sharding']
+           'router_state_sharding', 'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts',
+           'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding',
+           'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter',
+           'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe',
+           'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -1173,6 +1173,14 @@ class RouterStateBlock(RouterStateMoE):
 
     def forward(self, x_BLD: torch.Tensor, carried_BLR: torch.Tensor | None = None):
         return self.routed(x_BLD.contiguous(), carried_BLR)
+
+
+def router_state_sharding(cfg) -> None:
+    """Add the carried state's scale to a `MoE.Config` that `set_moe_sharding_config` has filled: replicated on TP, as
+    the expert bias beside it (the bias over every class, skip classes too, is already so); the router MLP, plain
+    modules torchtitan's parallelize does not reach, takes the sharding plan's router layout. The carried state keeps
+    the router gate's output layout from layer to layer: Replicate under TP, sequence-sharded under EP."""
+    cfg.sharding_config.state_shardings |= {"state_scale_R": dense_param_placement(tp=spmd.R)}
 
 # %% ../nbs/00e_extensions.ipynb #b118ea5561624da68c537baed56e602f
 PADDED_EXPERTS_CORE_CHANGE = (

@@ -31,6 +31,7 @@ from .hf import build_model, config_with, decoder_layers, embeddings, real_confi
 from moe_bench.sharding import (
     GATES,
     INDEX_HEAD_COUNTS,
+    ROUTER_PART_WHY,
     Plan,
     PlanError,
     S,
@@ -403,6 +404,31 @@ def negative_plans(
                 plan.replaced(blockwise.pattern, S("blockwise", **dict(blockwise.spec.opts) | dict(sections=whole))),
                 True,
                 "parity check",
+            )
+        )
+    halves = list(dict.fromkeys(e.pattern.rsplit(".", 1)[-1] for e in plan.entries if e.spec.opt("span")))
+    if halves:  # the natural mistake: zaya's value halves each split column-wise, as if each were per kv head
+        bad = plan
+        for half in halves:
+            bad = bad.replaced(f"*.{half}", S("colwise", local=True))
+        out.append(
+            (
+                f"wrong layout: {' and '.join(halves)} each column-wise, not the rank's kv heads of their concatenation",
+                bad,
+                True,
+                "parity check",
+            )
+        )
+    router = next((e.pattern for e in plan.entries if e.spec.opt("reason") == ROUTER_PART_WHY), None)
+    if (
+        router
+    ):  # zaya's router MLP: replicated as plain tensors, each rank would keep its own tokens' share of the gradient
+        out.append(
+            (
+                f"wrong reduction: the router part {router.rsplit('.', 1)[-1]} a plain replicated tensor",
+                plan.replaced(router, S("replicate", mode="plain")),
+                True,
+                "setup check",
             )
         )
     rows = next(  # a bias added once (jetmoe's MoA) is more than a reduction: the router beside it is the one to break

@@ -41,6 +41,7 @@ from torchtitan.models.common.decoder_sharding import (
 from torchtitan.models.common.moe import MoE
 from torchtitan.models.common.moe_sharding import set_moe_sharding_config
 from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher, LocalTokenDispatcher
+from torchtitan.protocols.module import Module as TitanModule
 from torchtitan.protocols.sharding import ShardingConfig
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -53,12 +54,13 @@ from .hf import decoder, decoder_layers, embeddings
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
            'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS',
-           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES',
-           'PROBE_TOKENS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY',
-           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
-           'check_plan', 'EmbeddingParallel', 'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates',
-           'PartialSumRegion', 'GatheredInputs', 'register_local_map_attention', 'shared_gate_sharding',
-           'all_to_all_form', 'apply_model_parallel', 'apply_fsdp']
+           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'CCA', 'CCA_PROJECTIONS', 'DECODER_VECTORS_WHY',
+           'ROUTER_PART_WHY', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS', 'MOA',
+           'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec',
+           'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel',
+           'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'GatheredInputs',
+           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel',
+           'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -174,6 +176,10 @@ KEY_HEADS = ("num_k_heads", "num_heads")  # fused in-projections are grouped per
 # the widths a depthwise conv runs over, cat(q, k, v): qwen3_next, kimi_linear
 CONV_SECTIONS = (("key_dim", "key_dim", "value_dim"), ("qkv_dim", "qkv_dim", "qkv_dim"))
 HEAD_WIDTHS = ("head_v_dim", "head_k_dim", "head_dim")  # a norm this wide runs within each head
+# compressed convolutional attention (zaya's CCA): a projection module holding q, k, the two value halves (current
+# token, delayed one token) and two causal convs over cat(q, k); a q/k norm holding one key scale per kv head
+CCA = ("qkv_proj", "qk_norm")
+CCA_PROJECTIONS = ("q_proj", "k_proj", "v_proj_current", "v_proj_delayed", "conv_qk_depthwise", "conv_qk_grouped")
 
 
 def _is_norm(module: nn.Module, hidden: int, per_channel: bool = False) -> bool:
@@ -242,6 +248,8 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
         return _fused_qkv_entries(name, attn, fused, o_proj), "local"
     if set(LIGHTNING) <= kids:
         return _lightning_entries(name, attn), "local"
+    if set(CCA) <= kids and o_proj and set(CCA_PROJECTIONS) <= {n for n, _ in attn.qkv_proj.named_children()}:
+        return _cca_entries(name, attn, o_proj), "local"
     # no v_proj: the values are the keys (diffusion_gemma's full-attention layers), sharded with them
     if set(GQA[:2]) <= kids and o_proj:
         heads = _num_heads(attn)
@@ -386,6 +394,17 @@ def _fused_mlp(module: nn.Module) -> tuple[str, str, int] | None:
     return None
 
 
+DECODER_VECTORS_WHY = (
+    "per-channel vectors the decoder applies to every token of the sequence-sharded stream (zaya's input scale and "
+    "bias on the embeddings' output): weights whole, each rank's tokens computed, their gradient summed over the "
+    "ranks, a norm's layout under sequence parallelism"
+)
+ROUTER_PART_WHY = (
+    "a router part torchtitan's parallelize does not reach (zaya's router MLP, plain modules): weights whole on every "
+    "rank, computing on the router state in its own layout, as torchtitan's router gate (routing needs whole rows)"
+)
+
+
 def _moe_entries(name: str, moe: MoE) -> list:
     "Every module of a torchtitan MoE that holds state, with its role in torchtitan's own sharding (in the MoE nearest it)."
     out = []
@@ -406,7 +425,9 @@ def _moe_entries(name: str, moe: MoE) -> list:
             if rel.startswith("shared_experts")
             else "other"
         )
-        out.append(Entry(f"{name}.{sub}" if sub else name, S("titan_moe", role=role)))
+        unreached = role == "router" and not isinstance(m, TitanModule)  # zaya's router MLP: plain nn.Modules
+        spec = S("replicate", mode="dtensor_state", reason=ROUTER_PART_WHY) if unreached else S("titan_moe", role=role)
+        out.append(Entry(f"{name}.{sub}" if sub else name, spec))
     return out
 
 
@@ -433,6 +454,16 @@ def model_plan(model: nn.Module) -> Plan:
     names = {id(m): n for n, m in model.named_modules()}
     hidden = embeddings(model).weight.shape[1]
     entries = [Entry(names[id(embeddings(model))], S("embedding"))]
+    if _has_own_state(dec := decoder(model)):  # vectors on the decoder itself (zaya's input scale and bias)
+        outside = [n for n, p in dec.named_parameters(recurse=False) if p.shape != (hidden,)]
+        entries.append(
+            Entry(
+                names[id(dec)],
+                S("unshardable", reason=f"decoder state {outside} is not one value per channel")
+                if outside or list(dec.buffers(recurse=False))
+                else S("replicate", mode="dtensor_state", reason=DECODER_VECTORS_WHY),
+            )
+        )
     unknown = {}  # modules with state no structural rule knows: per token on the residual stream, or refused
     for extra in decoder_extras(model):
         if _is_norm(extra, hidden):
@@ -662,6 +693,41 @@ def _lightning_entries(name: str, attn: nn.Module) -> list:
         Entry(f"{name}.out_proj", S("rowwise_sp")),
     ]
 
+# %% ../nbs/04b_sharding.ipynb #3352a7be
+def _cca_entries(name: str, attn: nn.Module, o_proj: str) -> list:
+    "Entries of a compressed convolutional attention (`CCA`): sharded on heads, its convs and value halves with them."
+    proj = attn.qkv_proj
+    heads, kv, width = proj.num_attention_heads, proj.num_key_value_heads, proj.head_dim
+    sections = (heads * width, kv * width)  # cat(q, k): the convs' channels
+    current, delayed = proj.v_proj_current.out_features, proj.v_proj_delayed.out_features
+    temp = [p.shape for p in attn.qk_norm.parameters(recurse=False)]
+    out = [
+        Entry(name, S("gather_input", kwarg="hidden_states")),
+        Entry(f"{name}.{o_proj}", S("rowwise_sp")),
+        Entry(f"{name}.qkv_proj.q_proj", S("colwise", local=True)),
+        Entry(f"{name}.qkv_proj.k_proj", S("colwise", local=True)),
+        Entry(
+            f"{name}.qk_norm",
+            S("head_sharded")
+            if temp == [(kv,)]
+            else S("unshardable", reason=f"qk_norm state {temp}: not one per kv head"),
+        ),
+    ]
+    for conv, groups in (("conv_qk_depthwise", sum(sections)), ("conv_qk_grouped", heads + kv)):
+        c = getattr(proj, conv)
+        out.append(
+            Entry(f"{name}.qkv_proj.{conv}", S("blockwise", sections=sections, local_counts=("groups",)))
+            if c.in_channels == c.out_channels == sum(sections) and c.groups == groups
+            else Entry(f"{name}.qkv_proj.{conv}", S("unshardable", reason=f"{conv}: groups {c.groups} not per head"))
+        )
+    for half, offset in (("v_proj_current", 0), ("v_proj_delayed", current)):
+        out.append(
+            Entry(f"{name}.qkv_proj.{half}", S("blockwise", span=(offset, kv * width)))
+            if current + delayed == kv * width
+            else Entry(f"{name}.qkv_proj.{half}", S("unshardable", reason="value halves are not kv heads"))
+        )
+    return out
+
 # %% ../nbs/04b_sharding.ipynb #2b8e4f6a
 PROBE_TOKENS = 16  # the probe's sequence: phase 4's length (a DSA indexer's top-k wants as many keys)
 
@@ -689,30 +755,34 @@ def _stream_inputs(model: nn.Module, names: list[str]) -> dict[str, tuple]:
 
 
 def _acts_per_token(module: nn.Module, args: tuple, kwargs: dict, hidden: int) -> str | None:
-    """None where `module` acts token by token on the residual stream: its one tensor input [B, S, ...] holds a
-    multiple of `hidden` per token, every tensor it returns is [B, S, ...], and with the first or the last token of
-    its input perturbed, no other token's output moves. Otherwise why not."""
+    """None where `module` acts token by token on the residual stream: each of its tensor inputs, all positional, is
+    [B, S, ...] holding a multiple of `hidden` per token (the stream, or zaya's residual beside a block's output),
+    every tensor it returns is [B, S, ...], and with the first or the last token of any one input perturbed, no other
+    token's output moves. Otherwise why not."""
     tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    if len(tensors) != 1 or not args or tensors[0] is not args[0]:
+    stream = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    if not stream or len(tensors) != len(stream):
         return f"{len(tensors)} tensor inputs, not the residual stream alone"
-    x_BS = args[0]
-    if x_BS.ndim < 3 or x_BS.shape[1] != PROBE_TOKENS or x_BS[0, 0].numel() % hidden:
-        return f"its input {tuple(x_BS.shape)} is not the residual stream [B, S, k x {hidden}]"
+    for i in stream:
+        if args[i].ndim < 3 or args[i].shape[1] != PROBE_TOKENS or args[i][0, 0].numel() % hidden:
+            return f"its input {tuple(args[i].shape)} is not the residual stream [B, S, k x {hidden}]"
 
-    def outputs(x):
+    def outputs(inputs):
         with torch.no_grad():
-            return [t for t in tree_flatten(module(x, *args[1:], **kwargs))[0] if isinstance(t, torch.Tensor)]
+            return [t for t in tree_flatten(module(*inputs, **kwargs))[0] if isinstance(t, torch.Tensor)]
 
-    base = outputs(x_BS)
+    base = outputs(args)
     if not base or any(t.ndim < 2 or t.shape[1] != PROBE_TOKENS for t in base):
         return "an output without the sequence dim"
     g = torch.Generator().manual_seed(0)
-    for token in (0, PROBE_TOKENS - 1):
-        moved = x_BS.clone()
-        moved[:, token] += torch.randn(moved[:, token].shape, generator=g).to(moved)
-        others = torch.arange(PROBE_TOKENS) != token
-        if any(not torch.equal(a[:, others], b[:, others]) for a, b in zip(base, outputs(moved), strict=True)):
-            return f"its output at other tokens moves with token {token}: it mixes the sequence"
+    for i in stream:
+        for token in (0, PROBE_TOKENS - 1):
+            moved = args[i].clone()
+            moved[:, token] += torch.randn(moved[:, token].shape, generator=g).to(moved)
+            others = torch.arange(PROBE_TOKENS) != token
+            after = outputs((*args[:i], moved, *args[i + 1 :]))
+            if any(not torch.equal(a[:, others], b[:, others]) for a, b in zip(base, after, strict=True)):
+                return f"its output at other tokens moves with token {token}: it mixes the sequence"
     return None
 
 
@@ -984,21 +1054,38 @@ def _rank_rows(t: torch.Tensor, sections: tuple[int, ...], rank: int, size: int,
     )
 
 
+def _span_rows(t: torch.Tensor, span: tuple[int, int], rank: int, size: int) -> torch.Tensor:
+    """The rank's rows of `t` whose rows are rows `offset`.. of a concatenation `total` rows wide split contiguously over
+    the ranks (`span` = (offset, total)): possibly none (zaya's value halves, each one Linear of cat(current, delayed))."""
+    offset, total = span
+    lo, hi = (min(max(r * total // size - offset, 0), t.shape[0]) for r in (rank, rank + 1))
+    return t[lo:hi]
+
+
 class _LocalRowsState:
     """A module's own parameters whole on every rank (Replicate DTensors); the forward that reads them sees plain local
     tensors: with `sections`, each section along dim 0 split over the ranks and the rank's pieces concatenated (HF's
     deltanet runs one depthwise conv over cat(q, k, v): each of q, k and v goes with its heads, as torchtitan's three
-    convs do, each Shard(0)); without, the whole (a per-head norm applied to the rank's heads); with `once`, the whole
+    convs do, each Shard(0)); with `span`, the rank's rows of a concatenation this module's rows are a part of
+    (`_span_rows`); without either, the whole (a per-head norm applied to the rank's heads); with `once`, the whole
     on the first rank and zero on the others (a bias HF's forward adds to each rank's partial sum: added once). The
     gradient comes back as a partial sum (`to_local(grad_placements=[Partial()])`), summed over the TP ranks where it
     is read."""
 
-    def __init__(self, sections: tuple[int, ...] = (), whole: tuple[int, ...] = (), once: bool = False):
-        self.sections, self.kept, self.once = sections, whole, once
+    def __init__(
+        self,
+        sections: tuple[int, ...] = (),
+        whole: tuple[int, ...] = (),
+        once: bool = False,
+        span: tuple[int, int] | None = None,
+    ):
+        self.sections, self.kept, self.once, self.span = sections, whole, once, span
 
     def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         names = [n for n, _ in module.named_parameters(recurse=False)]
         rank, size = mesh.get_local_rank(), mesh.size()
+        if self.span and self.span[1] % size:
+            raise PlanError(f"span {self.span}: {self.span[1]} rows do not split over {size} ranks")
         for n in names:
             p = module._parameters[n]
             split = [w for i, w in enumerate(self.sections) if i not in self.kept]
@@ -1015,7 +1102,11 @@ class _LocalRowsState:
                 if self.once and rank > 0:  # zero, still in the graph: every rank's gradient joins the sum
                     whole = whole * 0
                 module._parameters[n] = (
-                    _rank_rows(whole, self.sections, rank, size, self.kept) if self.sections else whole
+                    _rank_rows(whole, self.sections, rank, size, self.kept)
+                    if self.sections
+                    else _span_rows(whole, self.span, rank, size)
+                    if self.span
+                    else whole
                 )
             if mod is module:  # its own forward (a projection): a gathered input read whole, its gradient partial
                 local = [a.to_local(grad_placements=[Partial()]) if isinstance(a, DTensor) else a for a in args]
@@ -1074,7 +1165,7 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
         spec.opt("dim"),  # kimi_linear's A_log is (1, 1, H, 1): its head dim found; jetmoe's experts' given
     ),
     "token_sp": lambda spec: _TokenParallelState(spec.opt("dim", 1), local=spec.opt("grad") == "local"),
-    "blockwise": lambda spec: _LocalRowsState(spec.opt("sections"), spec.opt("whole", ())),
+    "blockwise": lambda spec: _LocalRowsState(spec.opt("sections") or (), spec.opt("whole", ()), span=spec.opt("span")),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),
     "replicate:local_rows": lambda spec: _LocalRowsState(once=bool(spec.opt("once", False))),

@@ -26,7 +26,12 @@ when kept whole), and ernie4_5_vl_moe's per-modality MoE (its modality MoE, a se
 sharded as the first, on a mixed modality mask; caught when its experts are left whole on every rank), and
 muse_spark's experts with their own post norm (`PostNormGroupedExperts`: the rows computed whole on each rank from
 the gathered weights before the norm, its output counted once; caught when the norm runs on each rank's partial
-sums), beside its residual gates `token_sp` and the embedding's reduce-scatter before its `embed_norm`. One torchrun
+sums), beside its residual gates `token_sp` and the embedding's reduce-scatter before its `embed_norm`, and zaya's
+compressed convolutional attention (its two convs over cat(q, k) `blockwise` on the q and k heads, the group count
+the rank's own; its value halves `blockwise` with `span`, each rank's kv heads of cat(current, delayed), caught when
+each half is split column-wise; its key scale `head_sharded`), its residual scaling `token_sp` on two stream inputs
+(the block's output and the residual) and its router MLP replicated as torchtitan's router gate (caught by the setup
+check as plain tensors). One torchrun
 launch per world size, the TP configuration alone, on the small models; at world size 4 only the models whose TP
 degree reaches 4 there."""
 
@@ -101,6 +106,17 @@ CASES = [
         "wrong reduction: the experts' post norm on each rank's partial sums",
         "parity check",
     ),
+    ("zaya", "blockwise", "conv_qk_depthwise", "wrong layout: conv_qk_depthwise contiguously Shard(0)", "parity check"),
+    ("zaya", "blockwise", "v_proj_delayed", "wrong layout: v_proj_current and v_proj_delayed each", "parity check"),
+    (
+        "zaya",
+        "token_sp",
+        "post_mlp_residual_scale",
+        "wrong reduction: the per-token post_attention_residual_scale",
+        "parity check",
+    ),
+    ("zaya", "head_sharded", "qk_norm", "wrong layout: the attention's per-head state", "runtime error"),
+    ("zaya", "replicate", "router.mlp", "wrong reduction: the router part mlp a plain replicated", "setup check"),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 # World size 4 holds the models whose TP degree reaches 4 there. Most small configs have 2 kv heads, so at world

@@ -38,7 +38,7 @@ __all__ = ['other_layer_kinds', 'equivalence_phase']
 # %% ../nbs/03_equivalence.ipynb #be4f777a
 def other_layer_kinds(config, first: Expression) -> list[Expression]:
     """The expressions of the config's later MoE layers where they differ from the first's, each judging its own
-    layer (deepseek_v4's score-routed layer after its hash-routed one); none for a model with one kind of MoE layer."""
+    layer (deepseek_v4's hash-routed layer after its score-routed one); none for a model with one kind of MoE layer."""
     meta, out = meta_model(config), []
     for i, index in enumerate(moe_layer_indices(meta)):
         block = moe_block(decoder_layers(meta)[index])

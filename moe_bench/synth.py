@@ -83,9 +83,9 @@ def _sparse_marker(types: list) -> str:
 
 
 def sparse_kinds(types: list) -> list[str]:
-    "Each value marking an MoE layer in a per-layer MLP type list, the most common last (deepseek_v4: `hash_moe`, `moe`)."
+    "Each value marking an MoE layer in a per-layer MLP type list, the most common first (deepseek_v4: `moe`, `hash_moe`)."
     marker = _sparse_marker(types)
-    return [t for t in dict.fromkeys(types) if t not in ("dense", "mlp", marker)] + [marker]
+    return [marker] + [t for t in dict.fromkeys(types) if t not in ("dense", "mlp", marker)]
 
 
 def _family_source(real: PretrainedConfig) -> str:
@@ -128,8 +128,8 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
         out["pad_token_id"] = 0
     out |= {k: v for k, v in MOE_LAYER_FIELDS.items() if k in d and d[k] is not None}
     if "mlp_layer_types" in d:
-        kinds = sparse_kinds(d["mlp_layer_types"] or [])  # one layer of each kind of MoE layer, then the most common
-        out["mlp_layer_types"] = (kinds + kinds[-1:] * num_layers)[:num_layers]
+        kinds = sparse_kinds(d["mlp_layer_types"] or [])  # the most common kind of MoE layer, one of each other kind,
+        out["mlp_layer_types"] = (kinds + kinds[:1] * num_layers)[:num_layers]  # then the most common again
     # Fields some default configs leave unset although their model reads them
     if "layer_types" in d and d["layer_types"] is None:
         out["layer_types"] = ["full_attention"] * num_layers

@@ -450,6 +450,10 @@ MUTATIONS: dict[str, tuple[Callable[[dict], bool], Callable[[dict], dict]]] = { 
         lambda sd: "state_scale_R" in sd,
         lambda sd: _map(sd, ["state_scale_R"], torch.ones_like),
     ),
+    "token table rows reversed": (  # the hash_routing prototype's table: each token routed by another token's row
+        lambda sd: "router.tid2eid_VK" in sd,
+        lambda sd: _map(sd, ["router.tid2eid_VK"], lambda t: t.flip(0)),
+    ),
     "square expert layout transposed": (
         lambda sd: any(sd[k].ndim == 3 and sd[k].shape[1] == sd[k].shape[2] for k in _expert_keys(sd)),
         lambda sd: _map(

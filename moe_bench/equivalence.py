@@ -5,6 +5,8 @@
 # %% ../nbs/03_equivalence.ipynb #a0857fd9
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from moe_bench.compare import (
@@ -25,12 +27,25 @@ from moe_bench.compare import (
     with_extension,
 )
 from .core import phase_record, worst_status
-from .expression import CORE, expression_of
-from .hf import NoMoEError
+from .expression import CORE, Expression, expression_of
+from .hf import NoMoEError, decoder_layers, meta_model, moe_block, moe_layer_indices
+from .moe_probe import probe_moe_block
 from .synth import synthetic_config
 
 # %% auto #0
-__all__ = ['equivalence_phase']
+__all__ = ['other_layer_kinds', 'equivalence_phase']
+
+# %% ../nbs/03_equivalence.ipynb #be4f777a
+def other_layer_kinds(config, first: Expression) -> list[Expression]:
+    """The expressions of the config's later MoE layers where they differ from the first's, each judging its own
+    layer (deepseek_v4's hash-routed layer after its score-routed one); none for a model with one kind of MoE layer."""
+    meta, out = meta_model(config), []
+    for i, index in enumerate(moe_layer_indices(meta)):
+        block = moe_block(decoder_layers(meta)[index])
+        expression = expression_of(block, probe_moe_block(block, config))
+        if i and expression is not None and expression.name not in {first.name, *(e.name for e in out)}:
+            out.append(dataclasses.replace(expression, judged_moe_layer=i))
+    return out
 
 # %% ../nbs/03_equivalence.ipynb #4a44dfd7
 def equivalence_phase(model: str, seed: int = 0, small: bool = False) -> dict:
@@ -55,6 +70,8 @@ def equivalence_phase(model: str, seed: int = 0, small: bool = False) -> dict:
         judged = expression.judged_moe_layer if expression else 0  # a model holding the MoE layer the check judges
         in_model = synthetic_config(model, small=small, moe_layers=judged + 1)[0] if judged else syn
         extensions = in_model_check(in_model, expression, seed) if expression is not None and not too_large else []
+        if expression is not None and not too_large:  # each other kind of MoE layer, on its own layer
+            extensions += [x for kind in other_layer_kinds(syn, expression) for x in in_model_check(syn, kind, seed)]
         return phase_record(
             model,
             "equivalence",
@@ -62,7 +79,9 @@ def equivalence_phase(model: str, seed: int = 0, small: bool = False) -> dict:
             **base,
             issues=probe.issues,
             extensions=extensions,
-            status_with_extension=with_extension("BLOCKED", extensions),
+            status_with_extension=with_extension("BLOCKED", extensions)  # where every kind passes
+            if all(with_extension("BLOCKED", [x]) for x in extensions)
+            else None,
             **({"extension_reason": f"in-model check not run: {too_large}"} if too_large else {}),
         )
     if too_large := memory_shortfall(hf_block):

@@ -34,6 +34,7 @@ from moe_bench.adapter import (
 from moe_bench.extensions import (
     CLAMPED_GLU_CORE_CHANGE,
     EXPERT_PROJECTIONS_CORE_CHANGE,
+    HASH_ROUTING_CORE_CHANGE,
     IDENTITY_EXPERTS_CORE_CHANGE,
     IDENTITY_ROWS,
     LAYER_MOE_CORE_CHANGES,
@@ -58,6 +59,8 @@ from moe_bench.extensions import (
     ClampedGluGroupedExperts,
     ExpertProjectionsMoE,
     GammaSharedExperts,
+    HashRoutedMoE,
+    HashRouter,
     IdentityTailDispatcher,
     IdentityTailGroupedExperts,
     InputDtypeGptOssExperts,
@@ -85,6 +88,7 @@ from moe_bench.extensions import (
     expert_projections_sharding,
     experts_gating,
     export_layer_moe,
+    hash_router_sharding,
     layer_moe_applies,
     layer_moe_sharding,
     layer_moe_state,
@@ -134,15 +138,17 @@ from moe_bench.replacement import (
 __all__ = ['CORE', 'GPT_OSS', 'LOGIT_BIAS', 'CLAMPED_GLU', 'SOFTCAPPED_GLU', 'NON_GATED', 'OUTPUT_BIAS',
            'TOPK_SOFTMAX_OUTPUT_BIAS', 'ROUTE_NORM_P', 'OUTPUT_NORM', 'EXPERT_PROJECTIONS', 'SCORE_BEFORE_EXPERTS',
            'IDENTITY_EXPERTS', 'ROUTER_WEIGHTED_SHARED', 'ROUTER_MLP', 'PER_MODALITY', 'PADDED_EXPERTS', 'SCORE_FUNC',
-           'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER', 'LAYER_MOE', 'EXPRESSIONS', 'Expression', 'no_layout_yet',
-           'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies', 'softcapped_glu_applies',
-           'non_gated_applies', 'non_gated_rules', 'output_bias_attr', 'output_bias_applies', 'with_topk_softmax',
-           'with_route_norm_p', 'output_norm_attr', 'output_norm_applies', 'ExpertProjections', 'expert_projections_of',
-           'expert_projections_rules', 'expert_projections_applies', 'expert_projections_config',
-           'score_before_experts_applies', 'identity_experts_applies', 'identity_rows_apart', 'identity_rows_joined',
-           'router_weighted_shared_applies', 'router_mlp_applies', 'skip_classes_exercised_', 'modality_probes',
-           'per_modality_applies', 'PerModalityBlock', 'mixed_modality_inputs', 'padded_experts_applies',
-           'with_score_func', 'sparsemixer_applies', 'expression_of', 'Expressed', 'swap_titan_moe']
+           'SCORE_FUNC_CLAMPED_GLU', 'SPARSEMIXER', 'HASH_ROUTED', 'LAYER_MOE', 'EXPRESSIONS', 'Expression',
+           'no_layout_yet', 'block_prototype', 'gpt_oss_applies', 'logit_bias_applies', 'clamped_glu_applies',
+           'softcapped_glu_applies', 'non_gated_applies', 'non_gated_rules', 'output_bias_attr', 'output_bias_applies',
+           'with_topk_softmax', 'with_route_norm_p', 'output_norm_attr', 'output_norm_applies', 'ExpertProjections',
+           'expert_projections_of', 'expert_projections_rules', 'expert_projections_applies',
+           'expert_projections_config', 'score_before_experts_applies', 'identity_experts_applies',
+           'identity_rows_apart', 'identity_rows_joined', 'router_weighted_shared_applies', 'router_mlp_applies',
+           'skip_classes_exercised_', 'modality_probes', 'per_modality_applies', 'PerModalityBlock',
+           'mixed_modality_inputs', 'padded_experts_applies', 'with_score_func', 'sparsemixer_applies',
+           'token_table_of', 'seed_token_tables_', 'HashRoutedBlock', 'with_hash_routing', 'expression_of', 'Expressed',
+           'swap_titan_moe']
 
 # %% ../nbs/00f_expression.ipynb #0df2ef39
 @dataclass(frozen=True, kw_only=True)
@@ -1118,6 +1124,118 @@ SPARSEMIXER = block_prototype(
     training_stand_in=_sparsemixer_stand_in,
 )
 
+# %% ../nbs/00f_expression.ipynb #f376f03d
+def token_table_of(block: nn.Module, probe: MoEProbe) -> str | None:
+    "The key of the router's token-id -> experts table (one 2-D integer buffer, top-k wide) where its forward takes the token ids; else None."
+    router = getattr(block, probe.router_attr, None)
+    if router is None or "input_ids" not in inspect.signature(router.forward).parameters:
+        return None
+    tables = [
+        n
+        for n, b in router.named_buffers(recurse=False)
+        if not b.is_floating_point() and b.ndim == 2 and b.shape[-1] == probe.top_k
+    ]
+    return f"{probe.router_attr}.{tables[0]}" if len(tables) == 1 else None
+
+
+def seed_token_tables_(blocks: list[nn.Module], seed: int = 0) -> list[str]:
+    """Give every token table the blocks' routers hold (HF initialises them to zeros: a checkpoint's values) seeded
+    distinct experts for each token, as a trained table has; the names of the tables filled."""
+    gen, filled = torch.Generator().manual_seed(seed), []
+    for block in blocks:
+        for name, router in block.named_modules():
+            if "input_ids" not in inspect.signature(router.forward).parameters or router is block:
+                continue
+            experts = getattr(router, "weight", None)
+            for key, table in router.named_buffers(recurse=False):
+                if experts is not None and not table.is_floating_point() and table.ndim == 2:
+                    ranks = torch.rand(table.shape[0], experts.shape[0], generator=gen).argsort(-1)
+                    table.copy_(ranks[:, : table.shape[1]])
+                    filled.append(f"{name}.{key}")
+    return filled
+
+
+def _as_table_placed(block: nn.Module, probe: MoEProbe) -> MoEProbe:
+    "The probe as if the core had a place for the token table (the `HashRouter` holds it)."
+    unplaced = f"block tensors Titan's MoE has no place for: {[token_table_of(block, probe)]}"
+    return dataclasses.replace(probe, issues=[i for i in probe.issues if i != unplaced])
+
+
+def _without_table(block: nn.Module, probe: MoEProbe) -> nn.Module:
+    "A shallow copy of `block` whose router holds no token table (the rest are what `base`'s rules map)."
+    name = token_table_of(block, probe).rpartition(".")[2]
+    router = copy.copy(getattr(block, probe.router_attr))
+    router._buffers = {k: v for k, v in router._buffers.items() if k != name}
+    stripped = copy.copy(block)
+    stripped._modules = dict(block._modules) | {probe.router_attr: router}
+    return stripped
+
+
+class HashRoutedBlock(HashRoutedMoE):
+    "A `HashRoutedMoE` in HF's block's place: called with the hidden states and the token ids, returning as HF's block."
+
+    returns_tuple = False  # HF's block returned `(hidden, router logits)`: return `(output, None)`
+
+    def forward(self, x_BLD: torch.Tensor, input_ids: torch.Tensor | None = None):
+        out_BLD = super().forward(x_BLD.contiguous(), input_ids)
+        return (out_BLD, None) if self.returns_tuple else out_BLD
+
+
+def _swap_hash_routed(layer: nn.Module, attr: str, titan: MoE, probe: MoEProbe) -> None:
+    titan.__class__, titan.returns_tuple = HashRoutedBlock, probe.returns == "tuple"
+    setattr(layer, attr, titan)
+
+
+def with_hash_routing(base: Expression) -> Expression:
+    "`base` with its router choosing experts by the block's token table: a prototype of `hash_routing` (and `base`'s changes)."
+
+    def applies(block: nn.Module, probe: MoEProbe) -> bool:
+        if probe.level != "block" or probe.score_bias or token_table_of(block, probe) is None:
+            return False
+        return base.applies(block, _as_table_placed(block, probe))
+
+    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+        titan = base.build(_without_table(block, probe), _as_table_placed(block, probe), gate_float32, share)
+        titan.__class__, titan.router.__class__ = HashRoutedMoE, HashRouter
+        table = getattr(block, probe.router_attr).get_buffer(token_table_of(block, probe).rpartition(".")[2])
+        state = dict(titan.state_dict()) | {"router.tid2eid_VK": table.detach() if share else table.detach().clone()}
+        titan.router.extend(table.shape[0])
+        titan.load_state_dict(state, strict=True, assign=True)
+        return titan
+
+    def export(titan: MoE, block: nn.Module, probe: MoEProbe) -> dict:
+        sd = dict(titan.state_dict())
+        table = sd.pop("router.tid2eid_VK")
+        return base.export(_StateOf(sd), _without_table(block, probe), probe) | {token_table_of(block, probe): table}
+
+    def sharding(cfg) -> None:
+        base.sharding(cfg)
+        hash_router_sharding(cfg)
+
+    return dataclasses.replace(
+        base,
+        name=f"hash_router+{base.name}",
+        core_changes=(HASH_ROUTING_CORE_CHANGE, *base.core_changes),
+        applies=applies,
+        build=build,
+        export=export,
+        swap=_swap_hash_routed,
+        sharding=sharding,
+        exercise=lambda blocks, probe, run: seed_token_tables_(blocks),
+    )
+
+
+class _StateOf(NamedTuple):
+    "A stand-in module for `Expression.export`: only its `state_dict()` is read."
+
+    sd: dict
+
+    def state_dict(self) -> dict:
+        return self.sd
+
+
+HASH_ROUTED = with_hash_routing(SCORE_FUNC_CLAMPED_GLU)
+
 # %% ../nbs/00f_expression.ipynb #4ca93b45
 LAYER_MOE = Expression(
     name="layer_moe",
@@ -1155,6 +1273,7 @@ EXPRESSIONS: tuple[Expression, ...] = (
     PADDED_EXPERTS,
     SCORE_FUNC,
     SCORE_FUNC_CLAMPED_GLU,
+    HASH_ROUTED,
     SPARSEMIXER,
     LAYER_MOE,
 )

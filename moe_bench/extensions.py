@@ -45,23 +45,24 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'PER_MODALITY_CORE_CHANGE', 'ROUTER_WEIGHTED_SHARED_CORE_CHANGE', 'ROUTER_MLP_CORE_CHANGE',
            'SKIP_CLASS_CORE_CHANGE', 'ROUTER_STATE_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
            'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE', 'ROUTE_NORM_P_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES',
-           'Float32CombineDispatcher', 'Extension', 'float32_combine_', 'applicable_extensions',
-           'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts', 'combined',
-           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter', 'score_func_of',
-           'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter', 'ClampedGlu', 'plain_silu',
-           'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward',
-           'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE', 'output_norm_sharding',
-           'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts', 'ExpertProjectionsMoE',
-           'expert_projections_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
-           'IdentityTailGroupedExperts', 'IdentityTailDispatcher', 'IdentityRowsMetadata', 'IdentityTailAllToAll',
-           'routed_output', 'PerModalityMoE', 'mixed_modality_mask', 'PerModalityConfig', 'per_modality_config',
-           'per_modality_sharding', 'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher',
-           'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock',
-           'router_state_sharding', 'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts',
-           'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding',
-           'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter',
-           'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe',
-           'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding']
+           'HASH_ROUTING_CORE_CHANGE', 'Float32CombineDispatcher', 'Extension', 'float32_combine_',
+           'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
+           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
+           'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter',
+           'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts',
+           'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE',
+           'output_norm_sharding', 'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts',
+           'ExpertProjectionsMoE', 'expert_projections_sharding', 'ScoreBeforeExpertsRouter',
+           'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'IdentityTailDispatcher',
+           'IdentityRowsMetadata', 'IdentityTailAllToAll', 'routed_output', 'PerModalityMoE', 'mixed_modality_mask',
+           'PerModalityConfig', 'per_modality_config', 'per_modality_sharding', 'SharedScoringRouter',
+           'GammaSharedExperts', 'WeightDtypeCombineDispatcher', 'RouterWeightedSharedMoE', 'router_mlp_form',
+           'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock', 'router_state_sharding', 'padded_width',
+           'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_',
+           'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter',
+           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
+           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
+           'layer_moe_sharding', 'token_table_ids', 'HashRouter', 'HashRoutedMoE', 'hash_router_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -1473,4 +1474,77 @@ def layer_moe_sharding(cfg) -> None:
     cfg.sharding_config.state_shardings |= {"input_norm_D": replicated, "output_norm_D": replicated}
     cfg.router.sharding_config = ShardingConfig(
         state_shardings={"scale_D": replicated, "per_expert_scale_E": replicated}
+    )
+
+# %% ../nbs/00e_extensions.ipynb #d426cacc
+HASH_ROUTING_CORE_CHANGE = (
+    "hash_routing: TokenChoiceTopKRouter choosing each token's experts by a token-id table (tid2eid[input_ids], a "
+    "buffer loaded with the weights) instead of the top-k of its scores, the weights still its scores' (DeepSeek-V4's "
+    "hash-routed layers); the MoE hands the router the token ids"
+)
+
+
+def token_table_ids(table_VK: torch.Tensor, ids_BL: torch.Tensor, scores_BLE: torch.Tensor) -> torch.Tensor:
+    """`table_VK[ids_BL]` for the tokens `scores_BLE` holds: under TP/SP (a DTensor) the rank's own tokens, laid out
+    as the scores are. The ids arrive as the data does: sharded over the batch by data parallelism, whole along the
+    sequence, which the MoE's token sharding then splits as it splits the hidden states."""
+    table_VK = _local(table_VK)
+    if not isinstance(scores_BLE, DTensor):
+        return table_VK[ids_BL].long()
+    mesh, placements = scores_BLE.device_mesh, scores_BLE.placements
+    arrive = [p if p.is_shard(0) else Replicate() for p in placements]
+    local_BL = DTensor.from_local(ids_BL, mesh, arrive, run_check=False).redistribute(mesh, placements).to_local()
+    ids_BLK = table_VK[local_BL].long()
+    shape = (*scores_BLE.shape[:-1], table_VK.shape[-1])
+    return DTensor.from_local(ids_BLK, mesh, placements, run_check=False, shape=shape, stride=_contiguous(shape))
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    "The strides of a contiguous tensor of `shape`."
+    return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+
+
+class HashRouter(ScoreFuncRouter):
+    "Prototype of the core change: `ScoreFuncRouter` whose experts come from the token-id table `tid2eid_VK`."
+
+    token_ids_BL: torch.Tensor | None = None  # set by `HashRoutedMoE` for one forward
+
+    def extend(self, vocab_size: int) -> HashRouter:
+        self.register_buffer("tid2eid_VK", torch.zeros(vocab_size, self.top_k, dtype=torch.long), persistent=True)
+        return self
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        if self.token_ids_BL is None:
+            raise ValueError("a hash-routed MoE needs the token ids: call it with input_ids")
+        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
+            logits_BLE = self.gate(x_BLD)
+        scores_BLE = SCORE_FUNCS[self.score_form](logits_BLE.float())
+        topk_expert_ids_BLK = token_table_ids(self.tid2eid_VK, self.token_ids_BL, scores_BLE)  # the one change
+        topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
+        if self.route_norm:
+            topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
+        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
+
+
+class HashRoutedMoE(MoE):
+    "Prototype of the core change: an `MoE` taking the token ids beside the hidden states, for its `HashRouter`."
+
+    def forward(self, x_BLD: torch.Tensor, input_ids_BL: torch.Tensor | None = None) -> torch.Tensor:
+        self.router.token_ids_BL = input_ids_BL
+        try:
+            return super().forward(x_BLD)
+        finally:
+            self.router.token_ids_BL = None
+
+
+def hash_router_sharding(cfg) -> None:
+    "Add the `HashRouter`'s table to a `MoE.Config` that `set_moe_sharding_config` has filled: replicated on TP."
+    # every rank looks up its own tokens, any of the vocabulary: a shard of the table's rows would need a gather
+    # of the rows its tokens name at every forward; its values are integers, with no gradient
+    table = {"tid2eid_VK": dense_param_placement(tp=spmd.R)}
+    own = cfg.router.sharding_config
+    cfg.router.sharding_config = (
+        ShardingConfig(state_shardings=table)
+        if own is None
+        else dataclasses.replace(own, state_shardings={**(own.state_shardings or {}), **table})
     )

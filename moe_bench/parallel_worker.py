@@ -26,8 +26,8 @@ from torchtitan.models.common.moe import MoE
 
 from . import cpu_compat
 from .core import randomize_
-from .expression import Expressed, swap_titan_moe
-from .hf import build_model, config_with, decoder_layers, embeddings, real_config
+from .expression import Expressed, seed_token_tables_, swap_titan_moe
+from .hf import build_model, config_with, decoder_layers, embeddings, moe_attr_name, moe_block, real_config
 from moe_bench.sharding import (
     GATES,
     INDEX_HEAD_COUNTS,
@@ -69,6 +69,7 @@ def parallel_test_model(
         cfg, "cpu", torch.float32, lm_head=True
     )  # a text config without a causal-LM class gets a linear LM head
     randomize_(hf, seed=seed, std=cfg.initializer_range)
+    seed_token_tables_([moe_block(layer) for layer in decoder_layers(hf) if moe_attr_name(layer) is not None], seed)
     return hf, cfg, swap_titan_moe(hf, cfg)
 
 # %% ../nbs/04c_worker.ipynb #e6651eb2

@@ -121,6 +121,10 @@ def probe_model(
     block_probe = probe_moe_block(moe_block(first), config)
     differing = sorted(p for p, q in probes.items() if q != block_probe)
     expression = expression_of(moe_block(first), block_probe)
+    kinds = {}  # where MoE blocks differ: each expression -> the MoE layers it holds (None: no expression holds them)
+    for index in moe_layers if differing else []:
+        block = moe_block(layers[index])
+        kinds.setdefault(getattr(expression_of(block, probe_moe_block(block, config)), "name", None), []).append(index)
     held = expression is not None and expression.in_torchtitan  # by the core's MoE or a torchtitan model's own
     issues = ([] if held else list(block_probe.issues)) + (
         [f"MoE blocks differ from layer {moe_layers[0]}'s: {differing}"] if differing else []
@@ -145,6 +149,7 @@ def probe_model(
         block=block_probe.asdict(),
         expression=getattr(expression, "name", None),
         expression_kind=getattr(expression, "kind", None),
+        **({"layer_expressions": kinds} if kinds else {}),
         attention=attention_kind(first),
         has_post_attention_layernorm=hasattr(first, "post_attention_layernorm"),
         roundtrip=roundtrip,

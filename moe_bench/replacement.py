@@ -153,8 +153,8 @@ class ContiguousMoE(MoE):
     returns_tuple = False  # the HF block returned `(hidden, ...)`: return `(output, None)`
 
     def forward(self, x_BLD: torch.Tensor, **layer_kwargs):
-        # what else the HF layer passes its block goes unused: deepseek_v4's `input_ids` serve only its hash-routed
-        # layers, whose token table the probe lists as a tensor Titan has no place for; any use would show as a diff
+        # what else the HF layer passes its block goes unused: a block that reads more has its own drop-in
+        # (deepseek_v4's hash-routed layers take `input_ids`: `HashRoutedBlock`, 00f_expression)
         out_BLD = super().forward(x_BLD.contiguous())
         return (out_BLD, None) if self.returns_tuple else out_BLD
 

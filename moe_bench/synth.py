@@ -16,8 +16,8 @@ from .hf import NoMoEError, config_with, decoder, decoder_layers, meta_model, mo
 # %% auto #0
 __all__ = ['SYNTHETIC_EXPERTS', 'SYNTHETIC_TOP_K', 'EXPERT_COUNT_FIELDS', 'EXTRA_EXPERT_FIELDS', 'TOP_K_FIELDS', 'GROUP_FIELDS',
            'FIXED_FIELDS', 'MOE_LAYER_FIELDS', 'MLA_FIELDS', 'DSA_FIELDS', 'QSA_FIELDS', 'SYNTHETIC_HEADS',
-           'FAMILY_OVERRIDES', 'SMALL_HIDDEN', 'SMALL_INTERMEDIATE', 'SMALL_HEAD_DIM', 'synthetic_overrides',
-           'synthetic_config']
+           'FAMILY_OVERRIDES', 'SMALL_HIDDEN', 'SMALL_INTERMEDIATE', 'SMALL_HEAD_DIM', 'sparse_kinds',
+           'synthetic_overrides', 'synthetic_config']
 
 # %% ../nbs/00g_synth.ipynb #b1722a6d
 SYNTHETIC_EXPERTS, SYNTHETIC_TOP_K = 8, 2
@@ -82,6 +82,12 @@ def _sparse_marker(types: list) -> str:
     return max(set(sparse), key=sparse.count) if sparse else "sparse"
 
 
+def sparse_kinds(types: list) -> list[str]:
+    "Each value marking an MoE layer in a per-layer MLP type list, the most common first (deepseek_v4: `moe`, `hash_moe`)."
+    marker = _sparse_marker(types)
+    return [marker] + [t for t in dict.fromkeys(types) if t not in ("dense", "mlp", marker)]
+
+
 def _family_source(real: PretrainedConfig) -> str:
     "The source of the family's modeling module."
     return inspect.getsource(importlib.import_module(type(real).__module__.replace(".configuration_", ".modeling_")))
@@ -122,7 +128,8 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
         out["pad_token_id"] = 0
     out |= {k: v for k, v in MOE_LAYER_FIELDS.items() if k in d and d[k] is not None}
     if "mlp_layer_types" in d:
-        out["mlp_layer_types"] = [_sparse_marker(d["mlp_layer_types"] or [])] * num_layers
+        kinds = sparse_kinds(d["mlp_layer_types"] or [])  # the most common kind of MoE layer, one of each other kind,
+        out["mlp_layer_types"] = (kinds + kinds[:1] * num_layers)[:num_layers]  # then the most common again
     # Fields some default configs leave unset although their model reads them
     if "layer_types" in d and d["layer_types"] is None:
         out["layer_types"] = ["full_attention"] * num_layers
@@ -220,10 +227,12 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
 def synthetic_config(
     model: str,
     small: bool = False,
-    moe_layers: int = 1,  # MoE layers it holds (zaya's router state reaches a block from the second on)
+    moe_layers: int | None = None,  # MoE layers it holds (zaya's router state reaches a block from the second on);
+    # None: one of each kind of MoE layer (deepseek_v4's hash-routed and score-routed), one for most models
 ) -> tuple[PretrainedConfig, dict, PretrainedConfig]:
     "The test config of `model` (`small`: tiny widths for quick coverage runs), its overrides, and the real config."
     real, _ = real_config(model)
+    moe_layers = moe_layers or len(sparse_kinds(real.to_dict().get("mlp_layer_types") or []))
     probe_layers = min(real.num_hidden_layers, 4)
     meta = meta_model(config_with(real, synthetic_overrides(real, probe_layers, small)))
     found = moe_layer_indices(meta)

@@ -50,5 +50,6 @@ def test_layer_level_moe_runs_with_its_prototype(records):
 
 
 def test_blocked_model_is_recorded_without_a_launch():
-    rec = parallelism_phase("deepseek_v4", probe_model("deepseek_v4"))  # no prototype holds its production blocks
+    # every model's blocks have an expression now: deepseek_v4's phase 1 record as if none held its blocks
+    rec = parallelism_phase("deepseek_v4", probe_model("deepseek_v4") | dict(expression=None))
     assert rec["status"] == "BLOCKED" and "phase 1 did not pass" in rec["reason"]

@@ -52,13 +52,14 @@ from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
-           'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS',
-           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES',
-           'PROBE_TOKENS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY',
-           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
-           'check_plan', 'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion',
-           'GatheredInputs', 'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form',
-           'apply_model_parallel', 'apply_fsdp']
+           'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'PER_HEAD_PROJS', 'KV_CONVS',
+           'SHARED_BY_HEADS', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER',
+           'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS',
+           'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan',
+           'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingRowwise', 'parallel_style',
+           'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion', 'GatheredInputs',
+           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel',
+           'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -76,7 +77,7 @@ STATE_KINDS = (
     "titan_moe",
     "unshardable",
 )
-BOUNDARY_KINDS = ("gather_input", "dtensor_region", "partial_region")
+BOUNDARY_KINDS = ("gather_input", "dtensor_region", "partial_region", "channel_region")
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,12 @@ PER_CHANNEL = ("gate",)
 LIGHTNING = ("qkv_proj", "out_proj", "output_gate", "norm")
 LIGHTNING_DECAYS = ("slope_rate", "query_decay", "key_decay", "diagonal_decay")
 GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
+# inkling's attention beside the GQA names: per-head projections, head-major (relative-logit states, d_rel per head;
+# sinks, one per head); short depthwise convs over the k and v projections' channels (the rank's kv heads' channels);
+# a bank of relative-logit profiles (d_rel, extent) every head mixes its own states with
+PER_HEAD_PROJS = ("r_proj", "sink_proj")
+KV_CONVS = ("k_sconv", "v_sconv")
+SHARED_BY_HEADS = ("rel_logits_proj",)
 QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
 # what a linear-attention forward reads of its heads (qwen3_next's gated deltanet, kimi_linear's delta attention):
 # head counts and their widths
@@ -184,6 +191,15 @@ def _is_norm(module: nn.Module, hidden: int) -> bool:
         and (set(state) <= {"weight", "bias"} or set(state) <= set(PER_CHANNEL))
         and all(p.ndim == 1 and p.numel() == hidden for p in state.values())
     )
+
+
+def _depthwise_conv(module: nn.Module, width: int) -> str | None:
+    """The name of `module`'s one child holding state where it is a depthwise `Conv1d` over `width` channels and
+    `module` holds nothing else (a short causal conv: each channel convolved alone over the tokens); else None."""
+    held = [(n, m) for n, m in module.named_modules() if _has_own_state(m)]
+    if len(held) != 1 or not held[0][0] or not isinstance(conv := held[0][1], nn.Conv1d):
+        return None
+    return held[0][0] if conv.groups == conv.in_channels == conv.out_channels == width else None
 
 
 def _num_heads(attn: nn.Module) -> int:
@@ -280,8 +296,43 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
                     f"{name}.{n}", S("unshardable", reason=f"{n} is {width} wide: neither a head nor a projection")
                 )
             )
-        return out, "local"
+        return out + _head_parts(name, attn, heads), "local"
     return [], None
+
+
+def _head_parts(name: str, attn: nn.Module, heads: int) -> list:
+    """Entries of a GQA attention's parts beside its projections (inkling's): per-head projections column-wise on the
+    heads (`PER_HEAD_PROJS`), the k/v short convs `blockwise` on their channels (`KV_CONVS`: they run on the local
+    head shards the projections leave), a bank every head reads whole (`SHARED_BY_HEADS`) on the rank's heads, and a
+    leaf whose state is one row per head (an l2-clip's scale (H, d)) `head_sharded`."""
+    out = []
+    for n, m in attn.named_children():
+        full = f"{name}.{n}"
+        if n in PER_HEAD_PROJS and isinstance(m, nn.Linear):
+            out.append(
+                Entry(full, S("colwise", local=True))
+                if m.out_features % heads == 0
+                else Entry(full, S("unshardable", reason=f"{n}: {m.out_features} columns, not per head"))
+            )
+        elif n in KV_CONVS:
+            proj = getattr(attn, GQA[1] if n.startswith("k") else GQA[2], None) or attn.k_proj  # no v_proj: the keys
+            conv = _depthwise_conv(m, proj.out_features)
+            out.append(
+                Entry(f"{full}.{conv}", S("blockwise", sections=(proj.out_features,), read_by="owner"))
+                if conv
+                else Entry(
+                    full, S("unshardable", reason=f"{n}: not a depthwise conv over {proj.out_features} channels")
+                )
+            )
+        elif n in SHARED_BY_HEADS:
+            why = (
+                f"{n}: one bank every head mixes its own states with: applied to the rank's heads, its gradient summed"
+            )
+            out.append(Entry(full, S("replicate", mode="local_rows", reason=why)))
+        elif (own := list(m.parameters(recurse=False))) and not list(m.children()) and not isinstance(m, nn.Linear):
+            if all(p.ndim == 2 and p.shape[0] == heads for p in own):  # (H, d): one row per head
+                out.append(Entry(full, S("head_sharded")))
+    return out
 
 
 def _reads(cls: type, attr: str) -> bool:
@@ -432,6 +483,9 @@ def model_plan(model: nn.Module) -> Plan:
     hidden = embeddings(model).weight.shape[1]
     entries = [Entry(names[id(embeddings(model))], S("embedding"))]
     unknown = {}  # modules with state no structural rule knows: per token on the residual stream, or refused
+    for child in embeddings(model).children():  # inkling's embed_norm, on the embedding's output: probed
+        if any(True for _ in child.parameters()):
+            unknown[names[id(child)]] = child
     for extra in decoder_extras(model):
         if _is_norm(extra, hidden):
             entries.append(Entry(names[id(extra)], S("norm_sp", dim=1)))
@@ -450,6 +504,11 @@ def model_plan(model: nn.Module) -> Plan:
                 entries += _moe_entries(names[id(inner)], inner)  # also a MoE inside an adapter (layer-level)
             elif _is_norm(child, hidden):
                 entries.append(Entry(full, S("norm_sp", dim=1)))
+            elif conv := _depthwise_conv(child, hidden):  # a short conv on the stream: every token, the rank's channels
+                entries += [
+                    Entry(full, S("channel_region")),
+                    Entry(f"{full}.{conv}", S("blockwise", sections=(hidden,), read_by="owner")),
+                ]
             elif mlp := next((m for m in DENSE_MLPS if set(m) <= {c for c, _ in child.named_children()}), None):
                 gate, up, down = mlp
                 entries += [
@@ -1023,6 +1082,18 @@ class _LocalRowsState:
         reader.register_forward_hook(restore, with_kwargs=True)
 
 
+class EmbeddingRowwise(RowwiseParallel):
+    """torch's row-wise embedding (the vocabulary Shard(0), the output reduce-scattered to the stream), partitioning
+    the embedding's own weight alone: a child it calls on its output (inkling's `embed_norm`) has its own spec."""
+
+    def _partition_embedding_fn(self, name, module, device_mesh):
+        if name:  # `distribute_module` calls it on every submodule: a child is not the vocabulary
+            return
+        for n, p in list(module.named_parameters(recurse=False)):
+            shard = distribute_tensor(p, device_mesh, [Shard(0)], src_data_rank=self.src_data_rank)
+            module.register_parameter(n, nn.Parameter(shard, requires_grad=p.requires_grad))
+
+
 def _gather_input(spec: Spec) -> ParallelStyle:
     kw, local, rep = spec.opt("kwarg"), bool(spec.opt("local", False)), spec.opt("replicated")
     if kw:  # the stream by keyword, or first by position (qwen4_exp calls its deltanet so)
@@ -1038,7 +1109,7 @@ def _replicated_outputs(spec: Spec) -> ParallelStyle:
 
 # kind (or "replicate:<mode>") -> the torch ParallelStyle of a spec: the table above, as code
 STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] = {
-    "embedding": lambda spec: RowwiseParallel(
+    "embedding": lambda spec: EmbeddingRowwise(
         input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False
     ),
     "colwise": lambda spec: ColwiseParallel(use_local_output=bool(spec.opt("local", True))),
@@ -1197,6 +1268,35 @@ class PartialSumRegion(ParallelStyle):
         return module
 
 
+class ChannelRegion(ParallelStyle):
+    """A stateless module on the residual stream that mixes tokens but not channels (a short causal depthwise conv and
+    its residual): its stream input `kwarg` (by keyword, else first by position) moved from the sequence shards to the
+    rank's channels over every token (Shard(1) -> Shard(2)), its output moved back (Shard(2) -> Shard(1)). A causal
+    conv needs each token's predecessors, which a sequence shard lacks at its start: the whole sequence on the rank's
+    channels needs no halo and no weight gradient summed twice. With `tokens="local"` (a negative control's layout) it
+    runs on the rank's own tokens, every channel, as if it acted token by token: no halo."""
+
+    def __init__(self, kwarg: str = "hidden_states", local_tokens: bool = False):
+        super().__init__()
+        self.kwarg, self.layout = kwarg, Shard(1) if local_tokens else Shard(2)
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        def enter(t):
+            t = t if isinstance(t, DTensor) else DTensor.from_local(t, device_mesh, [Shard(1)], run_check=False)
+            return t.redistribute(placements=[Replicate()]).redistribute(placements=[self.layout]).to_local()
+
+        def inputs(mod, args, kwargs):
+            return _on_stream(args, kwargs, self.kwarg, enter)
+
+        def output(mod, args, kwargs, out):
+            out = DTensor.from_local(out, device_mesh, [self.layout], run_check=False)
+            return out.redistribute(placements=[Shard(1)])
+
+        module.register_forward_pre_hook(inputs, with_kwargs=True)
+        module.register_forward_hook(output, with_kwargs=True)
+        return module
+
+
 class GatheredInputs(NoParallel):
     "torchtitan's `NoParallel` gathering every tensor input (a gated norm's input and its gate), not only the first."
 
@@ -1215,6 +1315,7 @@ STYLES["gathered_norm:gated"] = lambda spec: GatheredInputs(
 STYLES["rowwise_replicated"] = lambda spec: RowwiseReplicated(partial_grad=spec.opt("grad", "partial") == "partial")
 STYLES["dtensor_region"] = lambda spec: _DTensorRegion(local=bool(spec.opt("local", False)))
 STYLES["head_sharded:dtensor"] = lambda spec: _ShardedOwnState()
+STYLES["channel_region"] = lambda spec: ChannelRegion(local_tokens=spec.opt("tokens") == "local")
 STYLES["partial_region"] = lambda spec: PartialSumRegion(spec.opt("kwarg"), spec.opt("grad", "partial") == "partial")
 
 # %% ../nbs/04b_sharding.ipynb #b5db5276
@@ -1229,7 +1330,7 @@ REPLICATED_WHY = {  # spec key (kind, or "replicate:<mode>") -> why no sharding 
     "replicate:dtensor_state": "tensors on the decoder layer itself (gemma4's layer_scalar): one scalar for the whole "
     "residual stream",
     "replicate:local_rows": "a norm one head wide whose one weight every head shares (a gated norm run per head, Mamba1's "
-    "dt/B/C norms): each rank applies it to its own heads' rows, so the computation is sharded and the weight whole, "
+    "dt/B/C norms), or a bank every head mixes its own states with (inkling's relative-logit profiles): each rank applies it to its own heads' rows, so the computation is sharded and the weight whole, "
     "its gradient a partial sum",
     "gathered_norm": "a q/k norm over the whole projection: it spans every head, so the rank's head shard is gathered, "
     "normalised with the whole weight in the single process's order and split again (HF's olmoe plan gathers q/k/v too)",

@@ -54,9 +54,9 @@ from .hf import decoder, decoder_layers, embeddings
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
            'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'PER_HEAD_PROJS', 'KV_CONVS',
            'SHARED_BY_HEADS', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'INDEXER',
-           'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS',
-           'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan',
-           'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingRowwise', 'parallel_style',
+           'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS', 'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS',
+           'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry',
+           'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingRowwise', 'parallel_style',
            'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion', 'GatheredInputs',
            'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel',
            'apply_fsdp']
@@ -718,6 +718,9 @@ def _lightning_entries(name: str, attn: nn.Module) -> list:
 
 # %% ../nbs/04b_sharding.ipynb #2b8e4f6a
 PROBE_TOKENS = 16  # the probe's sequence: phase 4's length (a DSA indexer's top-k wants as many keys)
+# ops DTensor has no backward for on CPU (torch 2.13): a per-token module whose forward calls one computes on its local
+# tokens (`compute=local`: inkling2's block attention residuals attend over depth with SDPA)
+LOCAL_TOKEN_OPS = ("scaled_dot_product_attention",)
 
 
 def _stream_inputs(model: nn.Module, names: list[str]) -> dict[str, tuple]:
@@ -743,29 +746,36 @@ def _stream_inputs(model: nn.Module, names: list[str]) -> dict[str, tuple]:
 
 
 def _acts_per_token(module: nn.Module, args: tuple, kwargs: dict, hidden: int) -> str | None:
-    """None where `module` acts token by token on the residual stream: its one tensor input [B, S, ...] holds a
-    multiple of `hidden` per token, every tensor it returns is [B, S, ...], and with the first or the last token of
-    its input perturbed, no other token's output moves. Otherwise why not."""
+    """None where `module` acts token by token on the residual stream: each of its tensor inputs [B, S, ...] holds a
+    multiple of `hidden` per token (the stream, or stacked copies of it: inkling2's block states beside the partial
+    block), every tensor it returns is [B, S, ...], and with the first or the last token of its inputs perturbed, no
+    other token's output moves. Otherwise why not."""
     tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    if len(tensors) != 1 or not args or tensors[0] is not args[0]:
-        return f"{len(tensors)} tensor inputs, not the residual stream alone"
-    x_BS = args[0]
-    if x_BS.ndim < 3 or x_BS.shape[1] != PROBE_TOKENS or x_BS[0, 0].numel() % hidden:
-        return f"its input {tuple(x_BS.shape)} is not the residual stream [B, S, k x {hidden}]"
+    if not tensors or not args or tensors[0] is not args[0]:
+        return f"{len(tensors)} tensor inputs, the first not the residual stream"
+    for x_BS in tensors:
+        if x_BS.ndim < 3 or x_BS.shape[1] != PROBE_TOKENS or x_BS[0, 0].numel() % hidden:
+            return f"its input {tuple(x_BS.shape)} is not the residual stream [B, S, k x {hidden}]"
 
-    def outputs(x):
+    def outputs(token=None):
+        def moved(t):  # the token perturbed in every stream input
+            if token is None or not isinstance(t, torch.Tensor):
+                return t
+            t = t.clone()
+            t[:, token] += torch.randn(t[:, token].shape, generator=g).to(t)
+            return t
+
+        a, kw = tree_map(moved, (args, kwargs))
         with torch.no_grad():
-            return [t for t in tree_flatten(module(x, *args[1:], **kwargs))[0] if isinstance(t, torch.Tensor)]
+            return [t for t in tree_flatten(module(*a, **kw))[0] if isinstance(t, torch.Tensor)]
 
-    base = outputs(x_BS)
+    g = torch.Generator().manual_seed(0)
+    base = outputs()
     if not base or any(t.ndim < 2 or t.shape[1] != PROBE_TOKENS for t in base):
         return "an output without the sequence dim"
-    g = torch.Generator().manual_seed(0)
     for token in (0, PROBE_TOKENS - 1):
-        moved = x_BS.clone()
-        moved[:, token] += torch.randn(moved[:, token].shape, generator=g).to(moved)
         others = torch.arange(PROBE_TOKENS) != token
-        if any(not torch.equal(a[:, others], b[:, others]) for a, b in zip(base, outputs(moved), strict=True)):
+        if any(not torch.equal(a[:, others], b[:, others]) for a, b in zip(base, outputs(token), strict=True)):
             return f"its output at other tokens moves with token {token}: it mixes the sequence"
     return None
 
@@ -781,12 +791,15 @@ def _per_token_entries(model: nn.Module, unknown: dict[str, nn.Module], hidden: 
     out = []
     for name, module in unknown.items():
         why = _acts_per_token(*seen[name], hidden) if name in seen else missing
-        copies = seen[name][1][0][0, 0].numel() // hidden if why is None else None
+        inputs = [t for t in tree_flatten(seen[name][1:])[0] if isinstance(t, torch.Tensor)] if why is None else []
+        copies = sum(t[0, 0].numel() for t in inputs) // hidden
+        local = any(op in inspect.getsource(type(module).forward) for op in LOCAL_TOKEN_OPS)
         spec = (
             S(
                 "token_sp",
                 dim=1,
                 reason=f"per token on the residual stream ({copies} x {hidden}): weights whole, its tokens sharded (SP)",
+                **(dict(compute="local") if local else {}),
             )
             if why is None
             else S("unshardable", reason=f"{type(module).__name__}: {why}")
@@ -955,16 +968,19 @@ class _TokenParallelState:
     """A per-token module's own parameters whole on every rank (Replicate DTensors) on the sequence-sharded stream: each
     rank computes its own tokens and DTensor sums the weights' gradient over the ranks (sequence parallelism: a norm's
     layout under SP). Its tensor inputs must be DTensors, laid out on the sequence (`dim`) as `SequenceParallel` lays
-    them; a plain tensor, whose layout nothing states, is refused. With `local` (a negative control's layout) the
-    weights stay plain and the module runs on the local tokens, so each rank keeps its own tokens' share of their
-    gradient; its outputs go back onto the stream."""
+    them; a plain tensor, whose layout nothing states, is refused. With `compute_local` (a forward DTensor cannot run:
+    `LOCAL_TOKEN_OPS`) the module runs on the rank's tokens as plain tensors, its weights read as local views whose
+    gradient is the rank's tokens' share, summed over the ranks (what DTensor does for the others, by hand); its
+    outputs go back onto the stream. With `local` (a negative control's layout) the weights stay plain and the module
+    runs on the local tokens, so each rank keeps its own tokens' share of their gradient."""
 
-    def __init__(self, dim: int, local: bool = False):
-        self.dim, self.local = dim, local
+    def __init__(self, dim: int, local: bool = False, compute_local: bool = False):
+        self.dim, self.local, self.compute_local = dim, local, compute_local and not local
 
     def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         if not self.local:
             _ReplicateOwnState().apply(module, mesh, reader)
+        names = [n for n, _ in module.named_parameters(recurse=False)] if self.compute_local else []
         stream = (Shard(self.dim),)
 
         def enter(t):
@@ -973,19 +989,24 @@ class _TokenParallelState:
             if not isinstance(t, DTensor):
                 raise RuntimeError(f"a per-token module's input is a plain tensor, not the stream (Shard({self.dim}))")
             t = t if tuple(t.placements) == stream else t.redistribute(placements=stream)
-            return t.to_local() if self.local else t
+            return t.to_local() if self.local or self.compute_local else t
 
         def inputs(mod, args, kwargs):
+            if names:  # the whole weights (FSDP may have set new ones since apply), their gradient the tokens' share
+                mod._whole = {n: mod._parameters[n] for n in names}
+                mod._parameters.update({n: p.to_local(grad_placements=[Partial()]) for n, p in mod._whole.items()})
             return tree_map(enter, (args, kwargs))
 
         def on_stream(t):
             return DTensor.from_local(t, mesh, list(stream), run_check=False) if isinstance(t, torch.Tensor) else t
 
         def outputs(mod, args, kwargs, out):
+            if names:
+                mod._parameters.update(mod._whole)
             return tree_map(on_stream, out)
 
         module.register_forward_pre_hook(inputs, with_kwargs=True)
-        if self.local:
+        if self.local or self.compute_local:
             module.register_forward_hook(outputs, with_kwargs=True)
 
 
@@ -1124,7 +1145,9 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
         spec.opt("buffers", ()),
         spec.opt("dim"),  # kimi_linear's A_log is (1, 1, H, 1): its head dim found; jetmoe's experts' given
     ),
-    "token_sp": lambda spec: _TokenParallelState(spec.opt("dim", 1), local=spec.opt("grad") == "local"),
+    "token_sp": lambda spec: _TokenParallelState(
+        spec.opt("dim", 1), local=spec.opt("grad") == "local", compute_local=spec.opt("compute") == "local"
+    ),
     "blockwise": lambda spec: _LocalRowsState(spec.opt("sections"), spec.opt("whole", ())),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),

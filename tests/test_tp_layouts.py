@@ -23,7 +23,11 @@ the plan's probe, `token_sp` (weights whole on the sequence-sharded stream, sequ
 rank's own tokens with plain weights, their gradient never summed), and its MLA attention's per-head sinks
 `head_sharded` (the kernel under `local_map` the model's own eager one, reading the rank's sinks; caught at run time
 when kept whole), and ernie4_5_vl_moe's per-modality MoE (its modality MoE, a second torchtitan MoE inside the first,
-sharded as the first, on a mixed modality mask; caught when its experts are left whole on every rank). One torchrun
+sharded as the first, on a mixed modality mask; caught when its experts are left whole on every rank), and inkling2's
+two: its short causal convs on the residual stream (`channel_region`: every token on the rank's channels, the conv
+`blockwise` on them; caught when each rank convolves its own tokens, as if per token, with no halo) and its block
+attention residuals, per-token modules over several stream inputs whose SDPA has no DTensor backward on CPU
+(`token_sp` with `compute=local`; caught when their weights' gradient is not summed over the sequence shards). One torchrun
 launch per world size, the TP configuration alone, on the small models; at world size 4 only the models whose TP
 degree reaches 4 there."""
 
@@ -91,6 +95,20 @@ CASES = [
     ),
     ("hy_v4", "head_sharded", "self_attn", "wrong layout: the attention's per-head state", "runtime error"),
     ("ernie4_5_vl_moe", "titan_moe", "modality_moe", "wrong layout: the modality_moe's experts", "parity check"),
+    (
+        "inkling2",
+        "channel_region",
+        "post_attention_convolution",
+        "wrong layout: the stream's short conv post_attention_convolution",
+        "parity check",
+    ),
+    (
+        "inkling2",
+        "token_sp",
+        "mlp_input",
+        "wrong reduction: the per-token mlp_input on each rank's own tokens",
+        "parity check",
+    ),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 # World size 4 holds the models whose TP degree reaches 4 there. Most small configs have 2 kv heads, so at world

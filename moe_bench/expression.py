@@ -107,6 +107,7 @@ from moe_bench.extensions import (
     plain_silu,
     router_mlp_form,
     router_state_sharding,
+    router_weighted_shared_sharding,
     score_func_of,
     softcapped_glu_of,
     sparsemixer_eps_of,
@@ -829,6 +830,7 @@ ROUTER_WEIGHTED_SHARED = block_prototype(
     applies=router_weighted_shared_applies,
     build=_build_router_weighted_shared,
     config=lambda probe: titan_moe_config(_as_routed_only(probe)),
+    sharding=router_weighted_shared_sharding,
 )
 
 # %% ../nbs/00f_expression.ipynb #8889335c38734c4bbfa234fa55d474ca

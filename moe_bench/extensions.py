@@ -11,6 +11,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import spmd_types as spmd
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._ops._pointwise_ops import _register_single_dim_pointwise
 from torch.distributed.tensor.placement_types import _StridedShard
 from torchtitan.models.common import moe as titan_moe
 from torchtitan.models.common.decoder_sharding import dense_activation_placement, dense_param_placement
@@ -31,7 +33,7 @@ from torchtitan.models.common.token_dispatcher import (
 )
 from torchtitan.models.gpt_oss.moe import GptOssGroupedExperts, ScaleBiasForward, swiglu
 from torchtitan.ops.scatter_add import deterministic_scatter_add
-from torchtitan.protocols.sharding import ShardingConfig, SpmdLayout, resolve_placements
+from torchtitan.protocols.sharding import LocalMapConfig, ShardingConfig, SpmdLayout, resolve_placements
 
 from .adapter import TensorRule, _apply, block_rules, rename
 from .moe_probe import SCORE_LOGITS, MoEProbe, score_fn_outputs
@@ -56,13 +58,14 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'IdentityTailDispatcher',
            'IdentityRowsMetadata', 'IdentityTailAllToAll', 'routed_output', 'PerModalityMoE', 'mixed_modality_mask',
            'PerModalityConfig', 'per_modality_config', 'per_modality_sharding', 'SharedScoringRouter',
-           'GammaSharedExperts', 'WeightDtypeCombineDispatcher', 'RouterWeightedSharedMoE', 'router_mlp_form',
-           'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock', 'router_state_sharding', 'padded_width',
-           'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_',
-           'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter',
-           'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies',
-           'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe', 'swap_layer_moe',
-           'layer_moe_sharding', 'token_table_ids', 'HashRouter', 'HashRoutedMoE', 'hash_router_sharding']
+           'GammaSharedExperts', 'WeightDtypeCombineDispatcher', 'WeightDtypeCombineAllToAll',
+           'router_weighted_shared_sharding', 'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter',
+           'RouterStateMoE', 'RouterStateBlock', 'router_state_sharding', 'padded_width', 'pad_experts_',
+           'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter',
+           'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts',
+           'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
+           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding', 'token_table_ids',
+           'HashRouter', 'HashRoutedMoE', 'hash_router_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -1018,6 +1021,12 @@ ROUTER_WEIGHTED_SHARED_CORE_CHANGE = (
 )
 
 
+# torch 2.13's DTensor has no sharding strategy for logsigmoid's backward, which the router's weights take under TP
+# (they run on DTensors there, as torchtitan's router does): registered as the pointwise op it is, the one line torch's
+# pointwise list lacks (core change: torch's list, not this prototype)
+_register_single_dim_pointwise(torch.ops.aten.log_sigmoid_backward.default)
+
+
 class SharedScoringRouter(TokenChoiceTopKRouter):
     "Prototype of the core change: a gate over routed and shared experts; the k chosen and the shared weighed together."
 
@@ -1035,9 +1044,10 @@ class SharedScoringRouter(TokenChoiceTopKRouter):
         log_probs_BLC = F.logsigmoid(chosen_BLC)
         weights_BLC = torch.exp(log_probs_BLC - torch.logsumexp(log_probs_BLC, dim=-1, keepdim=True))
         weights_BLC = (weights_BLC * self.route_scale * self.global_scale.float()).to(x_BLD.dtype)
-        topk_scores_BLK, shared_weights_BLS = (
-            w.contiguous() for w in weights_BLC.split([self.top_k, self.num_shared_experts], dim=-1)
-        )
+        # slices, not `split`: each call's caller reads one of the two, and a split's backward fills the unread one's
+        # gradient with a plain zero tensor, which DTensor (TP) refuses beside the other's
+        topk_scores_BLK = weights_BLC[..., : self.top_k].contiguous()
+        shared_weights_BLS = weights_BLC[..., self.top_k :].contiguous()
         return topk_scores_BLK, topk_expert_ids_BLK, scores_BLE, shared_weights_BLS
 
     def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
@@ -1051,19 +1061,66 @@ class GammaSharedExperts(GroupedExperts):
         S, D = self.num_experts, x_BLD.shape[-1]
         x_STD = x_BLD.reshape(1, -1, D).expand(S, -1, -1)
         gammas_ST1 = gammas_BLS.reshape(-1, S, 1).transpose(0, 1)
-        h_STF = F.silu(torch.bmm(x_STD, self.w1_EFD.transpose(1, 2))) * torch.bmm(x_STD, self.w3_EFD.transpose(1, 2))
-        out_STD = torch.bmm(h_STF * gammas_ST1, self.w2_EDF.transpose(1, 2))
+        w1_EFD, w2_EDF, w3_EFD = _local(self.w1_EFD), _local(self.w2_EDF), _local(self.w3_EFD)  # TP: the rank's rows
+        h_STF = F.silu(torch.bmm(x_STD, w1_EFD.transpose(1, 2))) * torch.bmm(x_STD, w3_EFD.transpose(1, 2))
+        out_STD = torch.bmm(h_STF * gammas_ST1, w2_EDF.transpose(1, 2))
         return out_STD.float().sum(dim=0).to(x_BLD.dtype).view(x_BLD.shape)  # summed over the shared in float32
 
 
 class WeightDtypeCombineDispatcher(LocalTokenDispatcher):
     "Prototype of the same change: each routed row times its weight in the dtype they promote to, then summed."
 
+    all_to_all: type  # its expert-parallel form: `WeightDtypeCombineAllToAll`, below
+
     def combine(self, routed_output_RD, metadata, x_TD):
         scores_N = metadata.topk_scores_experts_sorted_N  # in the input's dtype: HF's router rounds them
         weighted_RD = routed_output_RD * scores_N.reshape(-1, 1)  # rounded as HF's `proj_out * weights`
         ones_N = torch.ones_like(scores_N)  # the sum below (float32 under `f32_combine`) takes the rows as they are
         return super().combine(weighted_RD, dataclasses.replace(metadata, topk_scores_experts_sorted_N=ones_N), x_TD)
+
+
+class WeightDtypeCombineAllToAll(WeightDtypeCombineDispatcher, AllToAllTokenDispatcher):
+    """Its expert-parallel form: torchtitan's all-to-all dispatch and combine, the rows that come back (in the local
+    order of their weights) each weighed in the dtype they promote to before the sum, as the local combine weighs them."""
+
+    def combine(self, routed_output_RD, metadata, x_TD):
+        if self.ep_mesh is None:  # torchtitan's combine falls back to the local one: the prototype's, as it is
+            return super().combine(routed_output_RD, metadata, x_TD)
+        scores_N = metadata.topk_scores_experts_sorted_N
+        self._scores_N = scores_N  # taken by the exchange as soon as the rows are back
+        ones = dataclasses.replace(metadata, topk_scores_experts_sorted_N=torch.ones_like(scores_N))
+        return AllToAllTokenDispatcher.combine(self, routed_output_RD, ones, x_TD)
+
+    def _combine_token_exchange(self, routed_output_RD, *args):
+        back_ND = super()._combine_token_exchange(routed_output_RD, *args)
+        return back_ND * self.__dict__.pop("_scores_N").reshape(-1, 1)  # rounded as HF's `proj_out * weights`
+
+
+WeightDtypeCombineDispatcher.all_to_all = WeightDtypeCombineAllToAll
+
+
+def router_weighted_shared_sharding(cfg) -> None:
+    """Add the prototype's tensors to a `MoE.Config` that `set_moe_sharding_config` has filled (its routed part): the
+    router's `global_scale` replicated, as the gate's weight; the stacked shared experts sharded as torchtitan shards
+    experts without EP (w1/w3 on their hidden rows, Shard(1); w2 on its input columns, Shard(2)) over every token with
+    their per-token weights whole, their output a partial sum brought to the routed output's layout, as torchtitan's
+    shared FFN's w2 does. No torchtitan config holds stacked shared experts: their layout is carried alone."""
+    moe_in = cfg.sharding_config.in_dst_shardings["x_BLD"]  # the tokens MoE.forward sees: all (TP), the rank's (EP)
+    whole, partial = dense_activation_placement(tp=spmd.R), dense_activation_placement(tp=spmd.P)
+    cfg.router.sharding_config = ShardingConfig(state_shardings={"global_scale": dense_param_placement(tp=spmd.R)})
+    shared = ShardingConfig(
+        state_shardings={
+            "w1_EFD": dense_param_placement(tp=spmd.S(1)),
+            "w3_EFD": dense_param_placement(tp=spmd.S(1)),
+            "w2_EDF": dense_param_placement(tp=spmd.S(2)),
+        },
+        in_src_shardings={"x_BLD": moe_in, "gammas_BLS": moe_in},
+        in_dst_shardings={"x_BLD": whole, "gammas_BLS": whole},
+        out_src_shardings=partial,
+        out_dst_shardings=cfg.routed_experts.sharding_config.out_dst_shardings,  # added to the routed output
+        local_map=LocalMapConfig(in_grad_placements=(partial, partial)),  # each rank's hidden rows' share
+    )
+    cfg.shared_experts = SimpleNamespace(sharding_config=shared)
 
 
 class RouterWeightedSharedMoE(MoE):

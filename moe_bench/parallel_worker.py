@@ -396,7 +396,8 @@ def negative_plans(
                 "runtime error",
             )
         )
-    blockwise = next((e for e in plan.entries if e.spec.kind == "blockwise"), None)
+    # one section split contiguously is the layout itself (inkling's short convs): the control needs two or more
+    blockwise = next((e for e in plan.entries if e.spec.kind == "blockwise" and len(e.spec.opt("sections")) > 1), None)
     if blockwise:  # the natural mistake: the conv's channels split contiguously, as if they were one section
         whole = (sum(blockwise.spec.opt("sections")),)
         out.append(
@@ -477,6 +478,22 @@ def negative_plans(
                 f"wrong reduction: the per-token {token.pattern.rsplit('.', 1)[-1]} on each rank's own tokens, "
                 "its weights' gradient not summed over the sequence shards",
                 plan.replaced(token.pattern, S("token_sp", **dict(token.spec.opts) | dict(grad="local"))),
+                True,
+                "parity check",
+            )
+        )
+    channels = next((e.pattern for e in plan.entries if e.spec.kind == "channel_region"), None)
+    if channels:  # the natural mistake: a short conv on the stream taken as per token, each rank convolving its own
+        # tokens (all channels, the weight whole, its gradient summed): the first tokens of a shard miss their halo
+        name = channels.rsplit(".", 1)[-1]
+        inner = [e.pattern for e in plan.entries if e.pattern.startswith(f"{channels}.")]
+        local = plan.replaced(f"*.{name}", S("channel_region", tokens="local"))
+        for p in {p.rsplit(".", 1)[-1] for p in inner}:
+            local = local.replaced(f"*.{name}.{p}", S("replicate", mode="local_rows", read_by="owner"))
+        out.append(
+            (
+                f"wrong layout: the stream's short conv {name} on each rank's own tokens, as if per token (no halo)",
+                local,
                 True,
                 "parity check",
             )

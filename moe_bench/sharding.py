@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import inspect
+import itertools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,14 +54,14 @@ from .hf import decoder, decoder_layers, embeddings
 
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
-           'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'QK_NORMS', 'LINEAR_HEAD_COUNTS',
-           'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'CCA', 'CCA_PROJECTIONS', 'DECODER_VECTORS_WHY',
-           'ROUTER_PART_WHY', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS', 'MOA',
-           'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec',
-           'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel',
-           'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'GatheredInputs',
-           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel',
-           'apply_fsdp']
+           'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'PER_HEAD_PROJS', 'KV_CONVS',
+           'SHARED_BY_HEADS', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'CCA',
+           'CCA_PROJECTIONS', 'DECODER_VECTORS_WHY', 'ROUTER_PART_WHY', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1',
+           'MAMBA2_SIZES', 'PROBE_TOKENS', 'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES',
+           'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
+           'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel', 'parallel_style', 'RowwiseReplicated',
+           'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion', 'GatheredInputs', 'register_local_map_attention',
+           'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -78,7 +79,7 @@ STATE_KINDS = (
     "titan_moe",
     "unshardable",
 )
-BOUNDARY_KINDS = ("gather_input", "dtensor_region", "partial_region")
+BOUNDARY_KINDS = ("gather_input", "dtensor_region", "partial_region", "channel_region")
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,12 @@ PER_CHANNEL = ("gate",)
 LIGHTNING = ("qkv_proj", "out_proj", "output_gate", "norm")
 LIGHTNING_DECAYS = ("slope_rate", "query_decay", "key_decay", "diagonal_decay")
 GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe, laguna, step3p7, beam, axk2)
+# inkling's attention beside the GQA names: per-head projections, head-major (relative-logit states, d_rel per head;
+# sinks, one per head); short depthwise convs over the k and v projections' channels (the rank's kv heads' channels);
+# a bank of relative-logit profiles (d_rel, extent) every head mixes its own states with
+PER_HEAD_PROJS = ("r_proj", "sink_proj")
+KV_CONVS = ("k_sconv", "v_sconv")
+SHARED_BY_HEADS = ("rel_logits_proj",)
 QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
 # what a linear-attention forward reads of its heads (qwen3_next's gated deltanet, kimi_linear's delta attention):
 # head counts and their widths
@@ -192,6 +199,15 @@ def _is_norm(module: nn.Module, hidden: int, per_channel: bool = False) -> bool:
         and set(state) <= (set(PER_CHANNEL) if per_channel else {"weight", "bias"})
         and all(p.ndim == 1 and p.numel() == hidden for p in state.values())
     )
+
+
+def _depthwise_conv(module: nn.Module, width: int) -> str | None:
+    """The name of `module`'s one child holding state where it is a depthwise `Conv1d` over `width` channels and
+    `module` holds nothing else (a short causal conv: each channel convolved alone over the tokens); else None."""
+    held = [(n, m) for n, m in module.named_modules() if _has_own_state(m)]
+    if len(held) != 1 or not held[0][0] or not isinstance(conv := held[0][1], nn.Conv1d):
+        return None
+    return held[0][0] if conv.groups == conv.in_channels == conv.out_channels == width else None
 
 
 def _num_heads(attn: nn.Module) -> int:
@@ -290,8 +306,43 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
                     f"{name}.{n}", S("unshardable", reason=f"{n} is {width} wide: neither a head nor a projection")
                 )
             )
-        return out, "local"
+        return out + _head_parts(name, attn, heads), "local"
     return [], None
+
+
+def _head_parts(name: str, attn: nn.Module, heads: int) -> list:
+    """Entries of a GQA attention's parts beside its projections (inkling's): per-head projections column-wise on the
+    heads (`PER_HEAD_PROJS`), the k/v short convs `blockwise` on their channels (`KV_CONVS`: they run on the local
+    head shards the projections leave), a bank every head reads whole (`SHARED_BY_HEADS`) on the rank's heads, and a
+    leaf whose state is one row per head (an l2-clip's scale (H, d)) `head_sharded`."""
+    out = []
+    for n, m in attn.named_children():
+        full = f"{name}.{n}"
+        if n in PER_HEAD_PROJS and isinstance(m, nn.Linear):
+            out.append(
+                Entry(full, S("colwise", local=True))
+                if m.out_features % heads == 0
+                else Entry(full, S("unshardable", reason=f"{n}: {m.out_features} columns, not per head"))
+            )
+        elif n in KV_CONVS:
+            proj = getattr(attn, GQA[1] if n.startswith("k") else GQA[2], None) or attn.k_proj  # no v_proj: the keys
+            conv = _depthwise_conv(m, proj.out_features)
+            out.append(
+                Entry(f"{full}.{conv}", S("blockwise", sections=(proj.out_features,), read_by="owner"))
+                if conv
+                else Entry(
+                    full, S("unshardable", reason=f"{n}: not a depthwise conv over {proj.out_features} channels")
+                )
+            )
+        elif n in SHARED_BY_HEADS:
+            why = (
+                f"{n}: one bank every head mixes its own states with: applied to the rank's heads, its gradient summed"
+            )
+            out.append(Entry(full, S("replicate", mode="local_rows", reason=why)))
+        elif (own := list(m.parameters(recurse=False))) and not list(m.children()) and not isinstance(m, nn.Linear):
+            if all(p.ndim == 2 and p.shape[0] == heads for p in own):  # (H, d): one row per head
+                out.append(Entry(full, S("head_sharded")))
+    return out
 
 
 def _reads(cls: type, attr: str) -> bool:
@@ -465,6 +516,9 @@ def model_plan(model: nn.Module) -> Plan:
             )
         )
     unknown = {}  # modules with state no structural rule knows: per token on the residual stream, or refused
+    for child in embeddings(model).children():  # inkling's embed_norm, on the embedding's output: probed
+        if any(True for _ in child.parameters()):
+            unknown[names[id(child)]] = child
     for extra in decoder_extras(model):
         if _is_norm(extra, hidden):
             entries.append(Entry(names[id(extra)], S("norm_sp", dim=1)))
@@ -486,6 +540,11 @@ def model_plan(model: nn.Module) -> Plan:
             elif _is_norm(child, hidden, per_channel=True):
                 why = f"a per-channel {PER_CHANNEL} on its stream inputs, per token: weights whole, its tokens sharded (SP)"
                 entries.append(Entry(full, S("token_sp", dim=1, reason=why)))
+            elif conv := _depthwise_conv(child, hidden):  # a short conv on the stream: every token, the rank's channels
+                entries += [
+                    Entry(full, S("channel_region")),
+                    Entry(f"{full}.{conv}", S("blockwise", sections=(hidden,), read_by="owner")),
+                ]
             elif mlp := next((m for m in DENSE_MLPS if set(m) <= {c for c, _ in child.named_children()}), None):
                 gate, up, down = mlp
                 entries += [
@@ -730,6 +789,9 @@ def _cca_entries(name: str, attn: nn.Module, o_proj: str) -> list:
 
 # %% ../nbs/04b_sharding.ipynb #2b8e4f6a
 PROBE_TOKENS = 16  # the probe's sequence: phase 4's length (a DSA indexer's top-k wants as many keys)
+# ops DTensor has no backward for on CPU (torch 2.13): a per-token module whose forward calls one computes on its local
+# tokens (`compute=local`: inkling2's block attention residuals attend over depth with SDPA)
+LOCAL_TOKEN_OPS = ("scaled_dot_product_attention",)
 
 
 def _stream_inputs(model: nn.Module, names: list[str]) -> dict[str, tuple]:
@@ -755,32 +817,40 @@ def _stream_inputs(model: nn.Module, names: list[str]) -> dict[str, tuple]:
 
 
 def _acts_per_token(module: nn.Module, args: tuple, kwargs: dict, hidden: int) -> str | None:
-    """None where `module` acts token by token on the residual stream: each of its tensor inputs, all positional, is
-    [B, S, ...] holding a multiple of `hidden` per token (the stream, or zaya's residual beside a block's output),
-    every tensor it returns is [B, S, ...], and with the first or the last token of any one input perturbed, no other
-    token's output moves. Otherwise why not."""
+    """None where `module` acts token by token on the residual stream: each of its tensor inputs [B, S, ...] holds a
+    multiple of `hidden` per token, the first by position (the stream, zaya's residual beside a block's output, or
+    stacked copies of it: inkling2's block states beside the partial block), every tensor it returns is [B, S, ...],
+    and with the first or the last token of any one input perturbed, no other token's output moves. Otherwise why
+    not."""
     tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    stream = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-    if not stream or len(tensors) != len(stream):
-        return f"{len(tensors)} tensor inputs, not the residual stream alone"
-    for i in stream:
-        if args[i].ndim < 3 or args[i].shape[1] != PROBE_TOKENS or args[i][0, 0].numel() % hidden:
-            return f"its input {tuple(args[i].shape)} is not the residual stream [B, S, k x {hidden}]"
+    if not tensors or not args or tensors[0] is not args[0]:
+        return f"{len(tensors)} tensor inputs, the first not the residual stream"
+    for x_BS in tensors:
+        if x_BS.ndim < 3 or x_BS.shape[1] != PROBE_TOKENS or x_BS[0, 0].numel() % hidden:
+            return f"its input {tuple(x_BS.shape)} is not the residual stream [B, S, k x {hidden}]"
 
-    def outputs(inputs):
+    def outputs(token=None, which=None):
+        seen = itertools.count()  # tensor inputs in `tree_flatten`'s order, as `tensors` lists them
+
+        def moved(t):  # the token perturbed in input `which` alone
+            if not isinstance(t, torch.Tensor) or next(seen) != which:
+                return t
+            t = t.clone()
+            t[:, token] += torch.randn(t[:, token].shape, generator=g).to(t)
+            return t
+
+        a, kw = tree_map(moved, (args, kwargs))
         with torch.no_grad():
-            return [t for t in tree_flatten(module(*inputs, **kwargs))[0] if isinstance(t, torch.Tensor)]
+            return [t for t in tree_flatten(module(*a, **kw))[0] if isinstance(t, torch.Tensor)]
 
-    base = outputs(args)
+    g = torch.Generator().manual_seed(0)
+    base = outputs()
     if not base or any(t.ndim < 2 or t.shape[1] != PROBE_TOKENS for t in base):
         return "an output without the sequence dim"
-    g = torch.Generator().manual_seed(0)
-    for i in stream:
+    for which in range(len(tensors)):
         for token in (0, PROBE_TOKENS - 1):
-            moved = args[i].clone()
-            moved[:, token] += torch.randn(moved[:, token].shape, generator=g).to(moved)
             others = torch.arange(PROBE_TOKENS) != token
-            after = outputs((*args[:i], moved, *args[i + 1 :]))
+            after = outputs(token, which)
             if any(not torch.equal(a[:, others], b[:, others]) for a, b in zip(base, after, strict=True)):
                 return f"its output at other tokens moves with token {token}: it mixes the sequence"
     return None
@@ -797,12 +867,15 @@ def _per_token_entries(model: nn.Module, unknown: dict[str, nn.Module], hidden: 
     out = []
     for name, module in unknown.items():
         why = _acts_per_token(*seen[name], hidden) if name in seen else missing
-        copies = seen[name][1][0][0, 0].numel() // hidden if why is None else None
+        inputs = [t for t in tree_flatten(seen[name][1:])[0] if isinstance(t, torch.Tensor)] if why is None else []
+        copies = sum(t[0, 0].numel() for t in inputs) // hidden
+        local = any(op in inspect.getsource(type(module).forward) for op in LOCAL_TOKEN_OPS)
         spec = (
             S(
                 "token_sp",
                 dim=1,
                 reason=f"per token on the residual stream ({copies} x {hidden}): weights whole, its tokens sharded (SP)",
+                **(dict(compute="local") if local else {}),
             )
             if why is None
             else S("unshardable", reason=f"{type(module).__name__}: {why}")
@@ -971,16 +1044,19 @@ class _TokenParallelState:
     """A per-token module's own parameters whole on every rank (Replicate DTensors) on the sequence-sharded stream: each
     rank computes its own tokens and DTensor sums the weights' gradient over the ranks (sequence parallelism: a norm's
     layout under SP). Its tensor inputs must be DTensors, laid out on the sequence (`dim`) as `SequenceParallel` lays
-    them; a plain tensor, whose layout nothing states, is refused. With `local` (a negative control's layout) the
-    weights stay plain and the module runs on the local tokens, so each rank keeps its own tokens' share of their
-    gradient; its outputs go back onto the stream."""
+    them; a plain tensor, whose layout nothing states, is refused. With `compute_local` (a forward DTensor cannot run:
+    `LOCAL_TOKEN_OPS`) the module runs on the rank's tokens as plain tensors, its weights read as local views whose
+    gradient is the rank's tokens' share, summed over the ranks (what DTensor does for the others, by hand); its
+    outputs go back onto the stream. With `local` (a negative control's layout) the weights stay plain and the module
+    runs on the local tokens, so each rank keeps its own tokens' share of their gradient."""
 
-    def __init__(self, dim: int, local: bool = False):
-        self.dim, self.local = dim, local
+    def __init__(self, dim: int, local: bool = False, compute_local: bool = False):
+        self.dim, self.local, self.compute_local = dim, local, compute_local and not local
 
     def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
         if not self.local:
             _ReplicateOwnState().apply(module, mesh, reader)
+        names = [n for n, _ in module.named_parameters(recurse=False)] if self.compute_local else []
         stream = (Shard(self.dim),)
 
         def enter(t):
@@ -989,19 +1065,24 @@ class _TokenParallelState:
             if not isinstance(t, DTensor):
                 raise RuntimeError(f"a per-token module's input is a plain tensor, not the stream (Shard({self.dim}))")
             t = t if tuple(t.placements) == stream else t.redistribute(placements=stream)
-            return t.to_local() if self.local else t
+            return t.to_local() if self.local or self.compute_local else t
 
         def inputs(mod, args, kwargs):
+            if names:  # the whole weights (FSDP may have set new ones since apply), their gradient the tokens' share
+                mod._whole = {n: mod._parameters[n] for n in names}
+                mod._parameters.update({n: p.to_local(grad_placements=[Partial()]) for n, p in mod._whole.items()})
             return tree_map(enter, (args, kwargs))
 
         def on_stream(t):
             return DTensor.from_local(t, mesh, list(stream), run_check=False) if isinstance(t, torch.Tensor) else t
 
         def outputs(mod, args, kwargs, out):
+            if names:
+                mod._parameters.update(mod._whole)
             return tree_map(on_stream, out)
 
         module.register_forward_pre_hook(inputs, with_kwargs=True)
-        if self.local:
+        if self.local or self.compute_local:
             module.register_forward_hook(outputs, with_kwargs=True)
 
 
@@ -1133,12 +1214,21 @@ def _replicated_outputs(spec: Spec) -> ParallelStyle:
 
 
 class EmbeddingParallel(RowwiseParallel):
-    """torchtitan's embedding layout (`RowwiseParallel`: weight Shard(0), the looked-up rows a partial sum
-    reduce-scattered to the sequence shards), the reduction made before any module the embedding's own forward applies
-    to those rows (muse_spark's weightless `embed_norm`): a norm there reads whole rows, not each rank's partial sum."""
+    """torchtitan's embedding layout (`RowwiseParallel`: the vocabulary Shard(0), the looked-up rows a partial sum
+    reduce-scattered to the sequence shards), with what a module inside the embedding needs: the reduction is made
+    before any child the embedding's own forward applies to those rows (muse_spark's weightless `embed_norm` reads
+    whole rows, not each rank's partial sum), and only the embedding's own weight is partitioned (a child with a
+    weight, inkling's `embed_norm`, has its own spec)."""
 
     def __init__(self):
         super().__init__(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False)
+
+    def _partition_embedding_fn(self, name, module, device_mesh):
+        if name:  # `distribute_module` calls it on every submodule: a child is not the vocabulary
+            return
+        for n, p in list(module.named_parameters(recurse=False)):
+            shard = distribute_tensor(p, device_mesh, [Shard(0)], src_data_rank=self.src_data_rank)
+            module.register_parameter(n, nn.Parameter(shard, requires_grad=p.requires_grad))
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
         def to_sequence(mod, args):
@@ -1164,7 +1254,9 @@ STYLES: dict[str, Callable[[Spec], ParallelStyle | _ReplicateOwnState | None]] =
         spec.opt("buffers", ()),
         spec.opt("dim"),  # kimi_linear's A_log is (1, 1, H, 1): its head dim found; jetmoe's experts' given
     ),
-    "token_sp": lambda spec: _TokenParallelState(spec.opt("dim", 1), local=spec.opt("grad") == "local"),
+    "token_sp": lambda spec: _TokenParallelState(
+        spec.opt("dim", 1), local=spec.opt("grad") == "local", compute_local=spec.opt("compute") == "local"
+    ),
     "blockwise": lambda spec: _LocalRowsState(spec.opt("sections") or (), spec.opt("whole", ()), span=spec.opt("span")),
     "replicate:dtensor": lambda spec: NoParallel(use_local_output=False),
     "replicate:dtensor_state": lambda spec: _ReplicateOwnState(),
@@ -1308,6 +1400,35 @@ class PartialSumRegion(ParallelStyle):
         return module
 
 
+class ChannelRegion(ParallelStyle):
+    """A stateless module on the residual stream that mixes tokens but not channels (a short causal depthwise conv and
+    its residual): its stream input `kwarg` (by keyword, else first by position) moved from the sequence shards to the
+    rank's channels over every token (Shard(1) -> Shard(2)), its output moved back (Shard(2) -> Shard(1)). A causal
+    conv needs each token's predecessors, which a sequence shard lacks at its start: the whole sequence on the rank's
+    channels needs no halo and no weight gradient summed twice. With `tokens="local"` (a negative control's layout) it
+    runs on the rank's own tokens, every channel, as if it acted token by token: no halo."""
+
+    def __init__(self, kwarg: str = "hidden_states", local_tokens: bool = False):
+        super().__init__()
+        self.kwarg, self.layout = kwarg, Shard(1) if local_tokens else Shard(2)
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        def enter(t):
+            t = t if isinstance(t, DTensor) else DTensor.from_local(t, device_mesh, [Shard(1)], run_check=False)
+            return t.redistribute(placements=[Replicate()]).redistribute(placements=[self.layout]).to_local()
+
+        def inputs(mod, args, kwargs):
+            return _on_stream(args, kwargs, self.kwarg, enter)
+
+        def output(mod, args, kwargs, out):
+            out = DTensor.from_local(out, device_mesh, [self.layout], run_check=False)
+            return out.redistribute(placements=[Shard(1)])
+
+        module.register_forward_pre_hook(inputs, with_kwargs=True)
+        module.register_forward_hook(output, with_kwargs=True)
+        return module
+
+
 class GatheredInputs(NoParallel):
     "torchtitan's `NoParallel` gathering every tensor input (a gated norm's input and its gate), not only the first."
 
@@ -1326,6 +1447,7 @@ STYLES["gathered_norm:gated"] = lambda spec: GatheredInputs(
 STYLES["rowwise_replicated"] = lambda spec: RowwiseReplicated(partial_grad=spec.opt("grad", "partial") == "partial")
 STYLES["dtensor_region"] = lambda spec: _DTensorRegion(local=bool(spec.opt("local", False)))
 STYLES["head_sharded:dtensor"] = lambda spec: _ShardedOwnState()
+STYLES["channel_region"] = lambda spec: ChannelRegion(local_tokens=spec.opt("tokens") == "local")
 STYLES["partial_region"] = lambda spec: PartialSumRegion(spec.opt("kwarg"), spec.opt("grad", "partial") == "partial")
 
 # %% ../nbs/04b_sharding.ipynb #b5db5276
@@ -1340,7 +1462,7 @@ REPLICATED_WHY = {  # spec key (kind, or "replicate:<mode>") -> why no sharding 
     "replicate:dtensor_state": "tensors on the decoder layer itself (gemma4's layer_scalar): one scalar for the whole "
     "residual stream",
     "replicate:local_rows": "a norm one head wide whose one weight every head shares (a gated norm run per head, Mamba1's "
-    "dt/B/C norms): each rank applies it to its own heads' rows, so the computation is sharded and the weight whole, "
+    "dt/B/C norms), or a bank every head mixes its own states with (inkling's relative-logit profiles): each rank applies it to its own heads' rows, so the computation is sharded and the weight whole, "
     "its gradient a partial sum",
     "gathered_norm": "a q/k norm over the whole projection: it spans every head, so the rank's head shard is gathered, "
     "normalised with the whole weight in the single process's order and split again (HF's olmoe plan gathers q/k/v too)",

@@ -1,39 +1,44 @@
 """The head-aware TP layouts of `04b_sharding`, each under TP at world size 2 and 4 against one process (every
-gradient, both steps), and the wrong layout of each caught: `gathered_norm` (olmoe's q/k norms over the whole
-projection), `head_sharded` (openai_privacy_filter's attention sinks), output gates column-wise on the heads
-(laguna's `g_proj`), and the linear-attention mixers: qwen3_next's gated deltanet (its depthwise conv over cat(q, k, v)
-`blockwise`, its per-head gated norm `replicate(mode=local_rows)`), bailing_hybrid's conv `blockwise` at TP 4 (its
-heads allow it; qwen3_next's two key heads stop at TP 2) and kimi_linear's forget gate `head_sharded` (its A_log on
-dim 2, its low-rank projection replicated), minimax's lightning attention `head_sharded` with its decay buffers (the
-rank's heads' rows), dbrx's fused [q; k; v] `Wqkv` `blockwise` on its three sections, and the DSA indexers:
-deepseek_v32's (`dtensor_region`: per index head up to the sum over heads, which DTensor all-reduces before the
-top-k) and mistral_large4's per-head softmax scaling (`head_sharded(mode=dtensor)`), each caught when sharded with the
-GQA recipe (each rank's top-k over its own heads), and jamba's Mamba1 mixer sharded on its inner channels, its
-`x_proj` `rowwise_replicated` (caught when each rank's share of the gradient of dt, B and C is taken for the whole),
-and the Mamba2 mixers: nemotron_h's (eight groups: B and C split with their heads; `in_proj` `blockwise` in its five
-sections) and granitemoehybrid's (one group: B and C whole on every rank, the gated norm over the group
-`gathered_norm(mode=gated)`, caught when run on each rank's heads), and jetmoe's mixture of attention heads
-(`partial_region`: its forward runs on the rank's kv heads, each expert's query and output projections
-`head_sharded` on dims 1 and 2, `kv_proj` `blockwise` in its k and v sections, the router and the output bias (added
-once) replicated; its output a partial sum reduce-scattered, caught when each rank's share of its input's gradient is
-taken for the whole), and longcat_flash's layer of module lists (two attentions, two MLPs, two pairs of norms, each
-item planned as a child; caught when the norms of the lists are left out) beside its identity experts' TP form, and
-hy_v4's two: its hyper-connections (`attn_hc`, `ffn_hc`, `hc_head`), modules acting per token on the residual stream found by
-the plan's probe, `token_sp` (weights whole on the sequence-sharded stream, sequence parallel; caught when run on each
-rank's own tokens with plain weights, their gradient never summed), and its MLA attention's per-head sinks
-`head_sharded` (the kernel under `local_map` the model's own eager one, reading the rank's sinks; caught at run time
-when kept whole), and ernie4_5_vl_moe's per-modality MoE (its modality MoE, a second torchtitan MoE inside the first,
-sharded as the first, on a mixed modality mask; caught when its experts are left whole on every rank), and
-muse_spark's experts with their own post norm (`PostNormGroupedExperts`: the rows computed whole on each rank from
-the gathered weights before the norm, its output counted once; caught when the norm runs on each rank's partial
-sums), beside its residual gates `token_sp` and the embedding's reduce-scatter before its `embed_norm`, and zaya's
-compressed convolutional attention (its two convs over cat(q, k) `blockwise` on the q and k heads, the group count
-the rank's own; its value halves `blockwise` with `span`, each rank's kv heads of cat(current, delayed), caught when
-each half is split column-wise; its key scale `head_sharded`), its residual scaling `token_sp` on two stream inputs
-(the block's output and the residual) and its router MLP replicated as torchtitan's router gate (caught by the setup
-check as plain tensors). One torchrun
-launch per world size, the TP configuration alone, on the small models; at world size 4 only the models whose TP
-degree reaches 4 there."""
+gradient, both steps), and the wrong layout of each caught. `CASES` holds one row per layout: the model that
+exercises it, its kind, how the plan names the module, the wrong layout put in its place (a negative control) and
+what must catch it. What the rows cover:
+
+- `gathered_norm`: olmoe's q/k norms over the whole projection; granitemoehybrid's Mamba2 gated norm over its one
+  group (`mode=gated`, caught when run on each rank's heads).
+- `head_sharded`: openai_privacy_filter's attention sinks; kimi_linear's forget gate (A_log on dim 2, its low-rank
+  projection replicated); minimax's lightning attention with its decay buffers (the rank's heads' rows);
+  mistral_large4's per-head softmax scaling (`mode=dtensor`); hy_v4's MLA sinks (the kernel under `local_map` the
+  model's own eager one, caught at run time when kept whole); zaya's key scale.
+- column-wise output gates: laguna's `g_proj`.
+- `blockwise`: qwen3_next's depthwise conv over cat(q, k, v) (TP 2: two key heads) and bailing_hybrid's (at TP 4),
+  dbrx's fused `Wqkv` on its three sections, nemotron_h's Mamba2 `in_proj` in its five sections (eight groups: B and
+  C split with their heads), zaya's convs over cat(q, k) on the q and k heads (the group count the rank's own) and
+  its value halves with `span` (each rank's kv heads of cat(current, delayed); caught when each half is split
+  column-wise); qwen3_next's per-head gated norm `replicate(mode=local_rows)`.
+- `dtensor_region`: deepseek_v32's DSA indexer, per index head up to the sum over heads, which DTensor all-reduces
+  before the top-k (caught when sharded with the GQA recipe: each rank's top-k over its own heads).
+- jamba's Mamba1 mixer on its inner channels, `x_proj` `rowwise_replicated` (caught when each rank's share of the
+  gradient of dt, B and C is taken for the whole).
+- `partial_region`: jetmoe's mixture of attention heads (its forward on the rank's kv heads, each expert's query and
+  output projections `head_sharded` on dims 1 and 2, `kv_proj` `blockwise` in its k and v sections, the router and the
+  output bias, added once, replicated; caught when each rank's share of its input's gradient is taken for the whole).
+- module lists: longcat_flash's layer (two attentions, two MLPs, two pairs of norms, each item planned; caught when
+  the norms of the lists are left out), beside its identity experts' TP form.
+- `token_sp`, modules acting per token on the residual stream found by the plan's probe (weights whole on the
+  sequence-sharded stream; caught when run on each rank's own tokens with plain weights, their gradient never
+  summed): hy_v4's hyper-connections, muse_spark's residual gates, zaya's residual scaling on two stream inputs, and
+  inkling2's block attention residuals over several stream inputs (`compute=local`: their SDPA has no DTensor
+  backward on CPU).
+- `channel_region`: inkling2's short causal convs on the residual stream (every token on the rank's channels, the
+  conv `blockwise` on them; caught when each rank convolves its own tokens with no halo).
+- `titan_moe` nested or extended: ernie4_5_vl_moe's modality MoE, a second torchtitan MoE inside the first, on a
+  mixed modality mask (caught when its experts are left whole); muse_spark's experts with their own post norm
+  (`PostNormGroupedExperts`: whole rows from the gathered weights before the norm, counted once; caught when the norm
+  runs on each rank's partial sums), beside the embedding's reduce-scatter before its `embed_norm`.
+- `replicate`: zaya's router MLP as torchtitan's router gate (caught by the setup check as plain tensors).
+
+One torchrun launch per world size, the TP configuration alone, on the small models; at world size 4 only the models
+whose TP degree reaches 4 there."""
 
 import json
 
@@ -117,6 +122,20 @@ CASES = [
     ),
     ("zaya", "head_sharded", "qk_norm", "wrong layout: the attention's per-head state", "runtime error"),
     ("zaya", "replicate", "router.mlp", "wrong reduction: the router part mlp a plain replicated", "setup check"),
+    (
+        "inkling2",
+        "channel_region",
+        "post_attention_convolution",
+        "wrong layout: the stream's short conv post_attention_convolution",
+        "parity check",
+    ),
+    (
+        "inkling2",
+        "token_sp",
+        "mlp_input",
+        "wrong reduction: the per-token mlp_input on each rank's own tokens",
+        "parity check",
+    ),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 # World size 4 holds the models whose TP degree reaches 4 there. Most small configs have 2 kv heads, so at world

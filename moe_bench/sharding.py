@@ -56,12 +56,13 @@ from .hf import decoder, decoder_layers, embeddings
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
            'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'PER_HEAD_PROJS', 'KV_CONVS',
            'SHARED_BY_HEADS', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'CCA',
-           'CCA_PROJECTIONS', 'DECODER_VECTORS_WHY', 'ROUTER_PART_WHY', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1',
-           'MAMBA2_SIZES', 'PROBE_TOKENS', 'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES',
-           'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
-           'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel', 'parallel_style', 'RowwiseReplicated',
-           'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion', 'GatheredInputs', 'register_local_map_attention',
-           'shared_gate_sharding', 'all_to_all_form', 'apply_model_parallel', 'apply_fsdp']
+           'CCA_PROJECTIONS', 'SHARED_KV', 'SHARED_KV_WHY', 'DECODER_VECTORS_WHY', 'ROUTER_PART_WHY', 'INDEXER',
+           'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS', 'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS',
+           'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry',
+           'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel', 'parallel_style',
+           'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion', 'GatheredInputs',
+           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'RankConfig',
+           'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -187,6 +188,25 @@ HEAD_WIDTHS = ("head_v_dim", "head_k_dim", "head_dim")  # a norm this wide runs 
 # token, delayed one token) and two causal convs over cat(q, k); a q/k norm holding one key scale per kv head
 CCA = ("qkv_proj", "qk_norm")
 CCA_PROJECTIONS = ("q_proj", "k_proj", "v_proj_current", "v_proj_delayed", "conv_qk_depthwise", "conv_qk_grouped")
+# a shared-KV attention (deepseek_v4's): MLA's low-rank q, one key-value head every query head reads (as key and as
+# value), one sink per head, heads projected out in groups (`o_a_proj`, one block per group of heads) then mixed
+# (`o_b_proj`), and a compressor that adds compressed entries of the shared kv head
+SHARED_KV = dict(
+    q_latent=("q_a_proj", "q_a_norm"),  # every head reads the whole latent: replicated DTensors, as MLA's
+    per_head=("q_b_proj",),  # head-major: column-wise
+    shared_kv=("kv_norm", "kv_proj"),  # the one kv head: whole, computed by every rank for its heads
+    group_out="o_a_proj",  # one block per group of heads, rows group-major: the rank's groups
+    mix_out="o_b_proj",  # its input the rank's groups' outputs: row-wise
+    compressor="compressor",  # compressed entries of the shared kv head (an indexer with them): whole, as it
+    counts=("num_key_value_groups",),  # what the kernel reads of the module (the kv head repeated per query head)
+    config_counts=("o_groups",),  # what the forward reads of the config every layer shares: the rank's own
+    group_counts=("n_groups",),  # what the grouped projection's forward reads
+)
+SHARED_KV_WHY = (
+    "the one key-value head every query head reads (deepseek_v4's kv_proj and kv_norm, and its compressor's entries): "
+    "nothing per head to split; each rank computes it whole as plain tensors for its own heads, so the weights are "
+    "whole and their gradient each rank's heads' share, summed over the ranks"
+)
 
 
 def _is_norm(module: nn.Module, hidden: int, per_channel: bool = False) -> bool:
@@ -258,6 +278,8 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
         if INDEXER in kids:
             out += _indexer_entries(f"{name}.{INDEXER}", getattr(attn, INDEXER))
         return out, "local_map"
+    if {*SHARED_KV["q_latent"], *SHARED_KV["per_head"], *SHARED_KV["shared_kv"], SHARED_KV["mix_out"]} <= kids:
+        return _shared_kv_entries(name, attn), "local"
     o_proj = next((n for n in OUT_PROJ if n in kids), None)
     fused = next((n for n in FUSED_QKV if n in kids), None)
     if fused and o_proj and not list(attn.parameters(recurse=False)):  # [q; k; v] in one Linear: each section on heads
@@ -308,6 +330,47 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
             )
         return out + _head_parts(name, attn, heads), "local"
     return [], None
+
+
+def _shared_kv_entries(name: str, attn: nn.Module) -> list:
+    """Entries of a shared-KV attention (`SHARED_KV`: deepseek_v4's) on the rank's heads, as plain tensors ("local"):
+    the q latent replicated DTensors (MLA's), `q_b_proj` column-wise, the sinks `head_sharded`; the one kv head and
+    the compressor whole on every rank, computed for the rank's heads (`SHARED_KV_WHY`); the grouped output projection
+    on the rank's groups of heads (its rows group-major: `head_sharded` on dim 0, the group counts the rank's own, in
+    the module and in the config it reads), then `o_b_proj` row-wise."""
+    t = SHARED_KV
+    heads = _num_heads(attn)
+    own = dict(attn.named_parameters(recurse=False))
+    outside = [n for n, p in own.items() if p.shape != (heads,)]
+    local = dict(kwarg="hidden_states", local_counts=t["counts"], local_config=t["config_counts"])
+    shared = S("replicate", mode="local_rows", reason=SHARED_KV_WHY)
+    out = [
+        Entry(
+            name,
+            S("unshardable", reason=f"attention state {outside} is not one value per head")
+            if outside
+            else S("head_sharded", **local)  # the sinks: the kernel reads the rank's heads'
+            if own
+            else S("gather_input", **local),
+        ),
+        *(Entry(f"{name}.{n}", shared) for n in t["shared_kv"]),
+        *(Entry(f"{name}.{n}", S("replicate", mode="dtensor")) for n in t["q_latent"]),
+        *(Entry(f"{name}.{n}", S("colwise", local=True)) for n in t["per_head"]),
+        Entry(f"{name}.{t['mix_out']}", S("rowwise_sp")),
+    ]
+    group = getattr(attn, t["group_out"], None)
+    if group is not None:
+        out.append(
+            Entry(f"{name}.{t['group_out']}", S("head_sharded", dim=0, local_counts=t["group_counts"]))
+            if all(isinstance(getattr(group, a, None), int) for a in t["group_counts"])
+            else Entry(f"{name}.{t['group_out']}", S("unshardable", reason=f"no group count {t['group_counts']}"))
+        )
+    if (compressor := getattr(attn, t["compressor"], None)) is not None:
+        for sub, m in compressor.named_modules():
+            if _has_own_state(m):  # its weights whole; buffers alone (its rotary embedding): recomputed by every rank
+                full = f"{name}.{t['compressor']}" + (f".{sub}" if sub else "")
+                out.append(Entry(full, shared if list(m.parameters(recurse=False)) else S("replicate", mode="plain")))
+    return out
 
 
 def _head_parts(name: str, attn: nn.Module, heads: int) -> list:
@@ -1453,7 +1516,7 @@ STYLES["partial_region"] = lambda spec: PartialSumRegion(spec.opt("kwarg"), spec
 # %% ../nbs/04b_sharding.ipynb #b5db5276
 REPLICATED_WHY = {  # spec key (kind, or "replicate:<mode>") -> why no sharding of that module's weights is correct
     "replicate:dtensor": "a vector every head reads whole: the low-rank 'a' projection of a factorised per-head "
-    "projection and its norm (MLA's q and kv latents, kimi_linear's forget and output gates), a DSA indexer's shared key "
+    "projection and its norm (MLA's q and kv latents, deepseek_v4's q latent, kimi_linear's forget and output gates), a DSA indexer's shared key "
     "and its norms: a head shard needs all of it; torchtitan's DeepSeek-V3 plan keeps wq_a, wkv_a and their norms "
     "Replicate too",
     "replicate:plain": "a rotary embedding: buffers only (inv_freq), recomputed by every rank, nothing to shard",
@@ -1566,6 +1629,28 @@ def _outermost_moe(name: str, modules: dict[str, nn.Module]) -> bool:
     return not any(isinstance(modules.get(".".join(parts[:i])), MoE) for i in range(1, len(parts)))
 
 
+class RankConfig:
+    """A module's view of a config every layer shares, with some counts the rank's own (`own`: deepseek_v4's o_groups,
+    which its attention's forward reads); every other attribute read through, so a later change to the shared config
+    (the attention implementation) is seen."""
+
+    def __init__(self, shared, own: dict):
+        vars(self).update(_shared=shared, _own=own)
+
+    def __getattr__(self, key):
+        if key in ("_shared", "_own"):  # not yet set (a copy being built): no recursion
+            raise AttributeError(key)
+        return self._own[key] if key in self._own else getattr(self._shared, key)
+
+
+def _rank_config(module: nn.Module, attrs: tuple[str, ...], size: int) -> RankConfig:
+    "`module.config` with `attrs` divided over `size` TP ranks (refused where one does not divide)."
+    counts = {a: getattr(module.config, a) for a in attrs}
+    if bad := {a: v for a, v in counts.items() if v % size}:
+        raise PlanError(f"config counts {bad} do not split over {size} ranks")
+    return RankConfig(module.config, {a: v // size for a, v in counts.items()})
+
+
 def apply_model_parallel(
     model: nn.Module,
     plan: Plan,
@@ -1590,6 +1675,8 @@ def apply_model_parallel(
                 parallelize_module(modules[mname], tp_mesh, style)
             for attr in spec.opt("local_counts") or ():  # a head count the module's forward reads: the local one
                 setattr(modules[mname], attr, getattr(modules[mname], attr) // tp_mesh.size())
+            if attrs := spec.opt("local_config"):  # counts the forward reads of the shared config: the rank's own
+                modules[mname].config = _rank_config(modules[mname], attrs, tp_mesh.size())
             for attr, widths, kept in spec.opt("local_widths") or ():  # a width over sections, some kept whole
                 setattr(
                     modules[mname], attr, sum(w if i in kept else w // tp_mesh.size() for i, w in enumerate(widths))

@@ -36,6 +36,10 @@ what must catch it. What the rows cover:
   (`PostNormGroupedExperts`: whole rows from the gathered weights before the norm, counted once; caught when the norm
   runs on each rank's partial sums), beside the embedding's reduce-scatter before its `embed_norm`.
 - `replicate`: zaya's router MLP as torchtitan's router gate (caught by the setup check as plain tensors).
+- a shared-KV attention (deepseek_v4's): its one kv head whole on every rank, computed for the rank's heads
+  (`replicate(mode=local_rows)`; caught when `kv_norm` is a plain replicated tensor, each rank keeping its heads'
+  share of the gradient), its grouped output projection on the rank's groups (the config's `o_groups` the rank's
+  own), its sinks `head_sharded` (caught at run time when kept whole).
 
 One torchrun launch per world size, the TP configuration alone, on the small models; at world size 4 only the models
 whose TP degree reaches 4 there."""
@@ -136,6 +140,8 @@ CASES = [
         "wrong reduction: the per-token mlp_input on each rank's own tokens",
         "parity check",
     ),
+    ("deepseek_v4", "replicate", "kv_norm", "wrong reduction: the per-head kv_norm a plain replicated", "parity check"),
+    ("deepseek_v4", "head_sharded", "self_attn", "wrong layout: the attention's per-head state", "runtime error"),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 # World size 4 holds the models whose TP degree reaches 4 there. Most small configs have 2 kv heads, so at world

@@ -26,7 +26,7 @@ from torchtitan.models.common.moe import MoE
 
 from . import cpu_compat
 from .core import randomize_
-from .expression import Expressed, seed_token_tables_, swap_titan_moe
+from .expression import Expressed, Expression, seed_token_tables_, swap_titan_moe
 from .hf import build_model, config_with, decoder_layers, embeddings, moe_attr_name, moe_block, real_config
 from moe_bench.sharding import (
     GATES,
@@ -44,7 +44,7 @@ from .synth import synthetic_config, synthetic_overrides
 
 # %% auto #0
 __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'parallel_test_config',
-           'parallel_test_model', 'training_stand_ins', 'tp_degree', 'parallel_configs', 'make_batch',
+           'parallel_test_model', 'swapped_moes', 'training_stand_ins', 'tp_degree', 'parallel_configs', 'make_batch',
            'model_inputs_of', 'train_steps', 'reference_steps', 'compare_steps', 'parity_error', 'run_config',
            'negative_plans', 'model_results', 'worker']
 
@@ -73,13 +73,18 @@ def parallel_test_model(
     return hf, cfg, swap_titan_moe(hf, cfg)
 
 # %% ../nbs/04c_worker.ipynb #e6651eb2
+def swapped_moes(model: torch.nn.Module, swapped: dict[int, Expressed]) -> list[tuple[MoE, Expression]]:
+    "Each swapped layer's Titan `MoE` (the block, or the one inside a layer-level prototype) and its expression."
+    layers = decoder_layers(model)
+    return [(next(m for m in layers[i].modules() if isinstance(m, MoE)), e.expression) for i, e in swapped.items()]
+
+
 def training_stand_ins(model: torch.nn.Module, swapped: dict[int, Expressed]) -> list[str]:
     "Switch each swapped MoE layer whose expression has a `training_stand_in` to it; what each said, once per expression."
-    layers, said = decoder_layers(model), {}
-    for i, e in swapped.items():
-        if e.expression.training_stand_in is not None:
-            moe = next(m for m in layers[i].modules() if isinstance(m, MoE))
-            said.setdefault(e.expression.name, e.expression.training_stand_in(moe))
+    said = {}
+    for moe, expression in swapped_moes(model, swapped):
+        if expression.training_stand_in is not None:
+            said.setdefault(expression.name, expression.training_stand_in(moe))
     return [f"{name}: {why}" for name, why in said.items()]
 
 # %% ../nbs/04c_worker.ipynb #964d22b3
@@ -137,9 +142,9 @@ def _full(t):
 
 def model_inputs_of(model, swapped: dict[int, Expressed], ids: torch.Tensor) -> dict:
     "What the model takes beside the batch's token ids, row for row with them (each expression's `model_inputs`: a modality mask)."
-    layers = decoder_layers(model)
-    held = [(next(m for m in layers[i].modules() if isinstance(m, MoE)), e.expression) for i, e in swapped.items()]
-    return {k: v for moe, expression in held for k, v in expression.model_inputs(moe, ids).items()}
+    return {
+        k: v for moe, expression in swapped_moes(model, swapped) for k, v in expression.model_inputs(moe, ids).items()
+    }
 
 
 def _loss(model, ids, labels, n_global_tokens: int, inputs: dict | None = None):
@@ -422,9 +427,8 @@ def negative_plans(
             )
         )
     router = next((e.pattern for e in plan.entries if e.spec.opt("reason") == ROUTER_PART_WHY), None)
-    if (
-        router
-    ):  # zaya's router MLP: replicated as plain tensors, each rank would keep its own tokens' share of the gradient
+    # zaya's router MLP: replicated as plain tensors, each rank would keep its own tokens' share of the gradient
+    if router:
         out.append(
             (
                 f"wrong reduction: the router part {router.rsplit('.', 1)[-1]} a plain replicated tensor",

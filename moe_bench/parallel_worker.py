@@ -43,17 +43,31 @@ from moe_bench.sharding import (
 from .synth import synthetic_config, synthetic_overrides
 
 # %% auto #0
-__all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'parallel_test_config',
-           'parallel_test_model', 'swapped_moes', 'training_stand_ins', 'tp_degree', 'parallel_configs', 'make_batch',
-           'model_inputs_of', 'train_steps', 'reference_steps', 'compare_steps', 'parity_error', 'run_config',
-           'negative_plans', 'model_results', 'worker']
+__all__ = ['LAYER_KIND_FIELDS', 'SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES',
+           'layers_for_every_kind', 'parallel_test_config', 'parallel_test_model', 'swapped_moes', 'training_stand_ins',
+           'tp_degree', 'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps', 'reference_steps',
+           'compare_steps', 'parity_error', 'run_config', 'negative_plans', 'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
+LAYER_KIND_FIELDS = ("layer_types", "layers_block_type", "hybrid_override_pattern")  # per-layer kind lists (jamba's
+# `layers_block_type` a property, nemotron_h's pattern a string of one letter per layer)
+
+
+def layers_for_every_kind(real) -> int:
+    "The fewest leading layers of `real` that hold every kind its per-layer kind lists name."
+    need = 1
+    for field in LAYER_KIND_FIELDS:
+        kinds = getattr(real, field, None)
+        if isinstance(kinds, (list, str)) and kinds:
+            need = max(need, *(list(kinds).index(k) + 1 for k in dict.fromkeys(kinds)))
+    return need
+
+
 def parallel_test_config(model: str, layers: int = 2):
     "The small synthetic config phase 4 trains for `model`."
     real, _ = real_config(model)
     # at least as many layers as the Phase 2 rules keep to reach an MoE layer (lfm2_moe: `num_dense_layers` first)
-    layers = max(layers, synthetic_config(model, small=True)[0].num_hidden_layers)
+    layers = max(layers, synthetic_config(model, small=True)[0].num_hidden_layers, layers_for_every_kind(real))
     overrides = synthetic_overrides(real, layers, small=True)
     if "first_k_dense_replace" in overrides:
         overrides["first_k_dense_replace"] = 1  # a dense layer first: its plan is exercised too

@@ -100,6 +100,16 @@ def _runs(v) -> str:
     return ", ".join(f"{x} x{n}" if n > 1 else str(x) for x, n in runs)
 
 
+def _floor_note(floor: dict | None) -> str:
+    "A phase 4 record's rounding floor (one process against itself, `04c_worker`), said beside a failed configuration."
+    if not floor:
+        return ""
+    return (
+        f" (one process against itself, the batch summed in {floor['parts']} parts: {floor['worst_ratio']}x the"
+        f" tolerance, `{floor['param']}`)"
+    )
+
+
 def _arch_section(model: str, recs: dict) -> list[str]:
     probe = recs.get("probe", {})
     b = probe.get("block") or {}
@@ -343,7 +353,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
             + " |"
         )
     failed = [
-        (m, c)
+        (m, c, r["parallelism"].get("rounding_floor"))
         for m, r in records.items()
         for c in r.get("parallelism", {}).get("configs", [])
         if c["status"] not in ("PASS", "WARN")
@@ -357,7 +367,10 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     ]
     if failed or unrun:
         lines += ["", "Why a configuration did not pass:", ""]
-    lines += [f"- {m} {c['name']}: {(c.get('error') or '').splitlines()[-1].strip(' -')}" for m, c in failed]
+    lines += [
+        f"- {m} {c['name']}: {(c.get('error') or '').splitlines()[-1].strip(' -')}{_floor_note(floor)}"
+        for m, c, floor in failed
+    ]
     lines += [
         f"- {m}: {p['status']}: {(p.get('reason') or p.get('error') or '').splitlines()[0][:300]}" for m, p in unrun
     ]

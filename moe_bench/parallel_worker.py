@@ -46,7 +46,8 @@ from .synth import synthetic_config, synthetic_overrides
 __all__ = ['LAYER_KIND_FIELDS', 'SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES',
            'layers_for_every_kind', 'parallel_test_config', 'parallel_test_model', 'swapped_moes', 'training_stand_ins',
            'tp_degree', 'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps', 'reference_steps',
-           'compare_steps', 'parity_error', 'run_config', 'negative_plans', 'model_results', 'worker']
+           'grad_diff', 'compare_steps', 'parity_error', 'rounding_floor', 'run_config', 'negative_plans',
+           'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
 LAYER_KIND_FIELDS = ("layer_types", "layers_block_type", "hybrid_override_pattern")  # per-layer kind lists (jamba's
@@ -222,6 +223,11 @@ def _weight_rows(par: list[dict], s: int, start: dict) -> dict:
     return rows
 
 
+def grad_diff(g: torch.Tensor, g_ref: torch.Tensor) -> tuple[float, float]:
+    "A gradient's largest difference from the reference's, and the parity rule's tolerance for it."
+    return (g.double() - g_ref.double()).abs().max().item(), RTOL * g_ref.abs().max().item() + ATOL
+
+
 def compare_steps(
     par: list[dict], ref: list[dict], tracked: dict[str, str], start: dict, free: list[dict]
 ) -> tuple[bool, list[dict]]:
@@ -240,7 +246,7 @@ def compare_steps(
             if g is None or g_ref is None or g.shape != g_ref.shape:
                 rows[name] = dict(ok=False, error="gradient missing or of another shape")
                 continue
-            diff, tol = (g.double() - g_ref.double()).abs().max().item(), RTOL * g_ref.abs().max().item() + ATOL
+            diff, tol = grad_diff(g, g_ref)
             rows[name] = dict(max_abs_diff=diff, tol=tol, ok=diff <= tol)
         w_rows = _weight_rows(par, s, start)
         w_failed = sorted(n for n, x in w_rows.items() if not x["ok"])
@@ -278,6 +284,23 @@ def parity_error(steps: list[dict]) -> str:
     if not s["weights"]["ok"]:
         return f"parity at step {s['step']}: weights {s['weights']['failed']}"
     return f"parity at step {s['step']}: loss off by {s['loss_abs_diff']:.3e} > {s['loss_tol']:.3e}"
+
+# %% ../nbs/04c_worker.ipynb #d9a07a7a
+def rounding_floor(base, ids: torch.Tensor, labels: torch.Tensor, inputs: dict, parts: int = WORLD) -> dict:
+    "One process against itself: the worst gradient, in tolerances, when the batch is summed in `parts` micro-batches."
+    grads = []
+    for pieces in (1, parts):
+        model = copy.deepcopy(base).train()
+        for rows in torch.arange(ids.shape[0]).chunk(pieces):
+            _loss(model, ids[rows], labels[rows], ids.numel(), {k: v[rows] for k, v in inputs.items()}).backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    whole, split = grads
+    ratios = {}
+    for name, g in whole.items():
+        diff, tol = grad_diff(split[name], g)
+        ratios[name] = diff / tol
+    worst = max(ratios, key=ratios.get)
+    return dict(parts=parts, worst_ratio=round(ratios[worst], 3), param=worst)
 
 # %% ../nbs/04c_worker.ipynb #91992f3c
 def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, check_kw: dict) -> dict:
@@ -657,6 +680,7 @@ def model_results(
         copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel(), inputs=inputs
     )  # one process
     ref_s = time.perf_counter() - t
+    floor = rounding_floor(base, ids.to(device), labels.to(device), inputs)
     hf_tp_plan = getattr(cfg, "base_model_tp_plan", None)
     prototypes = {e.expression.name: e.expression for e in swapped.values() if not e.expression.in_torchtitan}
     confs = [c for c in parallel_configs(cfg, dist.get_world_size()) if c["name"] in configs]
@@ -719,6 +743,7 @@ def model_results(
             "later the SGD update of the run's own previous gradients within one rounding (eps max|w|)",
         ),
         reference=dict(losses_free_running=[r["loss"] for r in free], wall_s=round(ref_s, 2)),
+        rounding_floor=floor,
         configs=results,
         negative_controls=controls,
         worker_wall_s=round(time.perf_counter() - start, 1),

@@ -31,6 +31,7 @@ from .hf import build_model, config_with, decoder_layers, embeddings, moe_attr_n
 from moe_bench.sharding import (
     GATES,
     INDEX_HEAD_COUNTS,
+    KV_CONVS,
     ROUTER_PART_WHY,
     Plan,
     PlanError,
@@ -448,6 +449,20 @@ def negative_plans(
                 plan.replaced(blockwise.pattern, S("blockwise", **dict(blockwise.spec.opts) | dict(sections=whole))),
                 True,
                 "parity check",
+            )
+        )
+    # inkling2's dynamic k/v convs: static taps (K, C) on the rank's channels, its heads' (dim 1)
+    dynamic = next(
+        (e for e in plan.entries if e.pattern.rsplit(".", 1)[-1] in KV_CONVS and e.spec.kind == "head_sharded"), None
+    )
+    if dynamic:  # the natural mistake: the taps split on their first dim, as a per-head row (an l2-clip's scale) is
+        out.append(
+            (
+                f"wrong layout: the dynamic conv {dynamic.pattern.rsplit('.', 1)[-1]}'s static taps split on the taps "
+                "(dim 0), not on its heads' channels",
+                plan.replaced(dynamic.pattern, S("head_sharded", **dict(dynamic.spec.opts) | dict(dim=0))),
+                True,
+                "runtime error",
             )
         )
     halves = list(dict.fromkeys(e.pattern.rsplit(".", 1)[-1] for e in plan.entries if e.spec.opt("span")))

@@ -55,14 +55,14 @@ from .hf import decoder, decoder_layers, embeddings
 # %% auto #0
 __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ', 'HEAD_COUNTS', 'DENSE_MLPS', 'FUSED_MLPS',
            'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'PER_HEAD_PROJS', 'KV_CONVS',
-           'SHARED_BY_HEADS', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS', 'HEAD_WIDTHS', 'CCA',
-           'CCA_PROJECTIONS', 'SHARED_KV', 'SHARED_KV_WHY', 'DECODER_VECTORS_WHY', 'ROUTER_PART_WHY', 'INDEXER',
-           'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS', 'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS',
-           'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry',
-           'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel', 'parallel_style',
-           'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion', 'GatheredInputs',
-           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'RankConfig',
-           'apply_model_parallel', 'apply_fsdp']
+           'DYNAMIC_CONV', 'SHARED_BY_HEADS', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS',
+           'HEAD_WIDTHS', 'CCA', 'CCA_PROJECTIONS', 'SHARED_KV', 'SHARED_KV_WHY', 'DECODER_VECTORS_WHY',
+           'ROUTER_PART_WHY', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS',
+           'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY',
+           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
+           'check_plan', 'EmbeddingParallel', 'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates',
+           'PartialSumRegion', 'ChannelRegion', 'GatheredInputs', 'register_local_map_attention',
+           'shared_gate_sharding', 'all_to_all_form', 'RankConfig', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -175,6 +175,10 @@ GATES = ("gate_proj", "g_proj", "q_gate_proj")  # attention output gates (afmoe,
 # a bank of relative-logit profiles (d_rel, extent) every head mixes its own states with
 PER_HEAD_PROJS = ("r_proj", "sink_proj")
 KV_CONVS = ("k_sconv", "v_sconv")
+# inkling2's full-attention k/v convs are dynamic: static taps (K, C) per channel, head-major, plus per-token taps per
+# kv head projected from the stream the k/v projection reads (a Linear, its rows head-major: heads x K); the forward
+# reads its head count
+DYNAMIC_CONV = dict(static="static_weight", proj="weight_proj", heads="num_heads")
 SHARED_BY_HEADS = ("rel_logits_proj",)
 QK_NORMS = ("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm")  # hunyuan, lfm2
 # what a linear-attention forward reads of its heads (qwen3_next's gated deltanet, kimi_linear's delta attention):
@@ -376,8 +380,9 @@ def _shared_kv_entries(name: str, attn: nn.Module) -> list:
 def _head_parts(name: str, attn: nn.Module, heads: int) -> list:
     """Entries of a GQA attention's parts beside its projections (inkling's): per-head projections column-wise on the
     heads (`PER_HEAD_PROJS`), the k/v short convs `blockwise` on their channels (`KV_CONVS`: they run on the local
-    head shards the projections leave), a bank every head reads whole (`SHARED_BY_HEADS`) on the rank's heads, and a
-    leaf whose state is one row per head (an l2-clip's scale (H, d)) `head_sharded`."""
+    head shards the projections leave; a dynamic one as `_dynamic_conv_entries` lays it out), a bank every head reads
+    whole (`SHARED_BY_HEADS`) on the rank's heads, and a leaf whose state is one row per head (an l2-clip's scale
+    (H, d)) `head_sharded`."""
     out = []
     for n, m in attn.named_children():
         full = f"{name}.{n}"
@@ -390,12 +395,11 @@ def _head_parts(name: str, attn: nn.Module, heads: int) -> list:
         elif n in KV_CONVS:
             proj = getattr(attn, GQA[1] if n.startswith("k") else GQA[2], None) or attn.k_proj  # no v_proj: the keys
             conv = _depthwise_conv(m, proj.out_features)
-            out.append(
-                Entry(f"{full}.{conv}", S("blockwise", sections=(proj.out_features,), read_by="owner"))
+            why = f"{n}: neither a depthwise nor a dynamic conv over {proj.out_features} channels"
+            out += (
+                [Entry(f"{full}.{conv}", S("blockwise", sections=(proj.out_features,), read_by="owner"))]
                 if conv
-                else Entry(
-                    full, S("unshardable", reason=f"{n}: not a depthwise conv over {proj.out_features} channels")
-                )
+                else _dynamic_conv_entries(full, m, proj) or [Entry(full, S("unshardable", reason=why))]
             )
         elif n in SHARED_BY_HEADS:
             why = (
@@ -406,6 +410,32 @@ def _head_parts(name: str, attn: nn.Module, heads: int) -> list:
             if all(p.ndim == 2 and p.shape[0] == heads for p in own):  # (H, d): one row per head
                 out.append(Entry(full, S("head_sharded")))
     return out
+
+
+def _dynamic_conv_entries(name: str, conv: nn.Module, proj: nn.Linear) -> list:
+    """Entries of a dynamic short conv over the channels of `proj`, the k or v projection (`DYNAMIC_CONV`: inkling2's
+    full attention), on the rank's kv heads: its static taps (K, C) `head_sharded` on the channels (dim 1), the head
+    count its forward reads the rank's own; the projection of its per-head taps column-wise, as `proj` (both read the
+    whole stream, so each rank computes its own heads' taps). [] where `conv` is not one."""
+    t = DYNAMIC_CONV
+    own = dict(conv.named_parameters(recurse=False))
+    taps_proj, heads = getattr(conv, t["proj"], None), getattr(conv, t["heads"], None)
+    held = [n for n, m in conv.named_modules() if _has_own_state(m)]
+    if set(own) != {t["static"]} or held != ["", t["proj"]] or not isinstance(taps_proj, nn.Linear):
+        return []
+    taps = own[t["static"]].shape[0]
+    if (
+        not isinstance(heads, int)
+        or own[t["static"]].shape != (taps, proj.out_features)
+        or proj.out_features % heads
+        or taps_proj.out_features != heads * taps
+        or taps_proj.in_features != proj.in_features
+    ):
+        return []
+    return [
+        Entry(name, S("head_sharded", dim=1, local_counts=(t["heads"],))),
+        Entry(f"{name}.{t['proj']}", S("colwise", local=True)),
+    ]
 
 
 def _reads(cls: type, attr: str) -> bool:

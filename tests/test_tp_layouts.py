@@ -8,7 +8,9 @@ what must catch it. What the rows cover:
 - `head_sharded`: openai_privacy_filter's attention sinks; kimi_linear's forget gate (A_log on dim 2, its low-rank
   projection replicated); minimax's lightning attention with its decay buffers (the rank's heads' rows);
   mistral_large4's per-head softmax scaling (`mode=dtensor`); hy_v4's MLA sinks (the kernel under `local_map` the
-  model's own eager one, caught at run time when kept whole); zaya's key scale.
+  model's own eager one, caught at run time when kept whole); zaya's key scale; inkling2's dynamic k/v convs in its
+  full-attention layer, static taps (K, C) on their kv heads' channels (dim 1), the taps' projection column-wise
+  (caught at run time when the taps are split on dim 0).
 - column-wise output gates: laguna's `g_proj`.
 - `blockwise`: qwen3_next's depthwise conv over cat(q, k, v) (TP 2: two key heads) and bailing_hybrid's (at TP 4),
   dbrx's fused `Wqkv` on its three sections, nemotron_h's Mamba2 `in_proj` in its five sections (eight groups: B and
@@ -139,6 +141,13 @@ CASES = [
         "mlp_input",
         "wrong reduction: the per-token mlp_input on each rank's own tokens",
         "parity check",
+    ),
+    (
+        "inkling2",
+        "head_sharded",
+        "k_sconv",
+        "wrong layout: the dynamic conv k_sconv's static taps split on the taps",
+        "runtime error",
     ),
     ("deepseek_v4", "replicate", "kv_norm", "wrong reduction: the per-head kv_norm a plain replicated", "parity check"),
     ("deepseek_v4", "head_sharded", "self_attn", "wrong layout: the attention's per-head state", "runtime error"),

@@ -33,6 +33,7 @@ from moe_bench.sharding import (
     INDEX_HEAD_COUNTS,
     KV_CONVS,
     ROUTER_PART_WHY,
+    SHARED_KV,
     Plan,
     PlanError,
     S,
@@ -44,13 +45,22 @@ from moe_bench.sharding import (
 from .synth import synthetic_config, synthetic_overrides
 
 # %% auto #0
-__all__ = ['LAYER_KIND_FIELDS', 'SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES',
-           'layers_for_every_kind', 'parallel_test_config', 'parallel_test_model', 'swapped_moes', 'training_stand_ins',
-           'tp_degree', 'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps', 'reference_steps',
-           'grad_diff', 'compare_steps', 'parity_error', 'rounding_floor', 'run_config', 'negative_plans',
-           'model_results', 'worker']
+__all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'SEQUENCE_RATES', 'SEQUENCE_ENTRIES', 'SEQUENCE_TOPK', 'LAYER_KIND_FIELDS',
+           'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'layers_for_every_kind', 'sequence_fits',
+           'parallel_test_config', 'parallel_test_model', 'swapped_moes', 'training_stand_ins', 'tp_degree',
+           'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps', 'reference_steps', 'grad_diff',
+           'compare_steps', 'parity_error', 'rounding_floor', 'run_config', 'negative_plans', 'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
+SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1  # the batch phase 4 trains on: the model's sequence fields fit SEQ
+# config fields that count tokens per entry of a compressed sequence (deepseek_v4's compressors, one rate per layer
+# kind; qwen4_exp's indexer blocks; glm5_next's pooled keys): a rate longer than the sequence makes no entry, and the
+# weights that make the entries then get no gradient on either side, so no layout of theirs is checked
+SEQUENCE_RATES = ("compress_rates", "indexer_compress_ratio", "index_kpool")
+SEQUENCE_ENTRIES = 4  # the entries a rate must leave in phase 4's sequence at least
+# top-k counts of the entries a rate field makes (deepseek_v4's CSA indexer keeps `index_topk` compressed entries):
+# keeping every entry would make the selection, and so any layout of the indexer, indifferent
+SEQUENCE_TOPK = {"index_topk": "compress_rates"}
 LAYER_KIND_FIELDS = ("layer_types", "layers_block_type", "hybrid_override_pattern")  # per-layer kind lists (jamba's
 # `layers_block_type` a property, nemotron_h's pattern a string of one letter per layer)
 
@@ -65,15 +75,36 @@ def layers_for_every_kind(real) -> int:
     return need
 
 
+def sequence_fits(cfg, seq: int = SEQ) -> dict:
+    """Overrides that make a `seq`-token sequence span `SEQUENCE_ENTRIES` entries of every rate in `SEQUENCE_RATES` (a
+    number, or one per layer kind) and each top-k of `SEQUENCE_TOPK` keep at most half of the fewest entries."""
+    cap, out = seq // SEQUENCE_ENTRIES, {}
+    for field in SEQUENCE_RATES:
+        rate = getattr(cfg, field, None)
+        if isinstance(rate, dict) and any(r > cap for r in rate.values()):
+            out[field] = {k: min(r, cap) for k, r in rate.items()}
+        elif isinstance(rate, int) and rate > cap:
+            out[field] = cap
+    for field, of in SEQUENCE_TOPK.items():
+        rates, k = out.get(of, getattr(cfg, of, None)), getattr(cfg, field, None)
+        if rates and isinstance(k, int):
+            fewest = seq // max(rates.values() if isinstance(rates, dict) else [rates])
+            if k > fewest // 2:
+                out[field] = fewest // 2
+    return out
+
+
 def parallel_test_config(model: str, layers: int = 2):
-    "The small synthetic config phase 4 trains for `model`."
+    "The small synthetic config phase 4 trains for `model`, its sequence-measured fields fitted to `SEQ`."
     real, _ = real_config(model)
     # at least as many layers as the Phase 2 rules keep to reach an MoE layer (lfm2_moe: `num_dense_layers` first)
     layers = max(layers, synthetic_config(model, small=True)[0].num_hidden_layers, layers_for_every_kind(real))
     overrides = synthetic_overrides(real, layers, small=True)
     if "first_k_dense_replace" in overrides:
         overrides["first_k_dense_replace"] = 1  # a dense layer first: its plan is exercised too
-    return config_with(real, overrides)
+    small = config_with(real, overrides)
+    fits = sequence_fits(small)
+    return config_with(real, overrides | fits) if fits else small
 
 
 def parallel_test_model(
@@ -104,7 +135,6 @@ def training_stand_ins(model: torch.nn.Module, swapped: dict[int, Expressed]) ->
     return [f"{name}: {why}" for name, why in said.items()]
 
 # %% ../nbs/04c_worker.ipynb #964d22b3
-SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1
 RTOL, ATOL, RTOL_LOSS = 1e-5, 1e-8, 2e-6
 WORLD = 4
 CONFIG_NAMES = ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")
@@ -554,10 +584,13 @@ def negative_plans(
                 "parity check",
             )
         )
-    region = next((e.pattern for e in plan.entries if e.spec.kind == "dtensor_region"), None)
+    region = next((e for e in plan.entries if e.spec.kind == "dtensor_region"), None)
     if region:  # the natural mistake: a DSA indexer sharded as GQA attention, each rank ranking keys by its own heads
+        # (deepseek_v4's scoring head reads no head count: its per-head inputs come in as the rank's heads)
+        counts = () if region.spec.opt("sharded") else INDEX_HEAD_COUNTS
+        region = region.pattern
         gqa = {
-            "dtensor_region": S("dtensor_region", local=True, local_counts=INDEX_HEAD_COUNTS),
+            "dtensor_region": S("dtensor_region", local=True, local_counts=counts),
             "colwise": S("colwise", local=True),
             "replicate": S("replicate", mode="local_rows"),
             "head_sharded": S("head_sharded"),
@@ -572,6 +605,18 @@ def negative_plans(
                     plan.attention,
                 ),
                 True,
+                "parity check",
+            )
+        )
+    compressor = next((e.pattern for e in plan.entries if e.pattern.endswith(f".{SHARED_KV['compressor']}")), None)
+    if compressor:  # the first layer's compressor (deepseek_v4's heavily compressed one), computed whole for the rank's
+        # heads: its own state (the position bias its gates add) plain, each rank keeps its heads' share of the gradient
+        out.append(
+            (
+                f"wrong reduction: the compressor's own state in {compressor.rsplit('.', 2)[0]} a plain replicated "
+                "tensor (check's role rules off)",
+                plan.replaced(compressor, S("replicate", mode="plain")),
+                False,
                 "parity check",
             )
         )

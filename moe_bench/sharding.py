@@ -57,11 +57,11 @@ __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ',
            'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'PER_HEAD_PROJS', 'KV_CONVS',
            'DYNAMIC_CONV', 'SHARED_BY_HEADS', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS',
            'HEAD_WIDTHS', 'CCA', 'CCA_PROJECTIONS', 'SHARED_KV', 'SHARED_KV_WHY', 'DECODER_VECTORS_WHY',
-           'ROUTER_PART_WHY', 'INDEXER', 'INDEX_HEAD_COUNTS', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS',
-           'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY',
-           'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan',
-           'check_plan', 'EmbeddingParallel', 'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates',
-           'PartialSumRegion', 'ChannelRegion', 'GatheredInputs', 'register_local_map_attention',
+           'ROUTER_PART_WHY', 'INDEXER', 'INDEX_HEAD_COUNTS', 'COMPRESSED_INDEXER', 'INDEX_KEY_WHY', 'MAMBA1',
+           'MAMBA2_SIZES', 'PROBE_TOKENS', 'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES',
+           'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
+           'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel', 'parallel_style', 'RowwiseReplicated',
+           'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion', 'GatheredInputs', 'register_local_map_attention',
            'shared_gate_sharding', 'all_to_all_form', 'RankConfig', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
@@ -370,10 +370,17 @@ def _shared_kv_entries(name: str, attn: nn.Module) -> list:
             else Entry(f"{name}.{t['group_out']}", S("unshardable", reason=f"no group count {t['group_counts']}"))
         )
     if (compressor := getattr(attn, t["compressor"], None)) is not None:
+        indexer = getattr(
+            compressor, INDEXER, None
+        )  # CSA's: sharded on its index heads (`_compressed_indexer_entries`)
         for sub, m in compressor.named_modules():
+            if indexer is not None and (sub == INDEXER or sub.startswith(f"{INDEXER}.")):
+                continue
             if _has_own_state(m):  # its weights whole; buffers alone (its rotary embedding): recomputed by every rank
                 full = f"{name}.{t['compressor']}" + (f".{sub}" if sub else "")
                 out.append(Entry(full, shared if list(m.parameters(recurse=False)) else S("replicate", mode="plain")))
+        if indexer is not None:
+            out += _compressed_indexer_entries(f"{name}.{t['compressor']}.{INDEXER}", indexer)
     return out
 
 
@@ -685,6 +692,14 @@ def model_plan(model: nn.Module) -> Plan:
 # %% ../nbs/04b_sharding.ipynb #1fd37548
 INDEXER = "indexer"  # MLA attention's DSA indexer child
 INDEX_HEAD_COUNTS = ("n_heads",)  # what the indexer's forward reads of its head count
+# deepseek_v4's indexer (inside a compressor, run as plain tensors): its index head count, its query projection, and
+# its child that scores `sum_h w_h relu(q_h . k)`, with its per-head inputs (name -> head dim: q is (B, S, H, D))
+COMPRESSED_INDEXER = dict(heads=("num_heads",), queries=("q_b_proj",), scorer="scorer", per_head_inputs=(("q", 2),))
+INDEX_KEY_WHY = (
+    "the compressed key every index head scores (deepseek_v4's indexer: its own compressor of the tokens, kv_proj, "
+    "gate_proj, position_bias, kv_norm): nothing per index head to split; each rank computes it whole as plain tensors "
+    "for its own index heads, the weights whole and their gradient summed over the ranks"
+)
 
 
 def _one_per_head(m: nn.Module, heads: int) -> bool:
@@ -710,6 +725,42 @@ def _indexer_entries(name: str, indexer: nn.Module) -> list:
         else:
             spec = S("unshardable", reason=f"indexer part {n} is neither per index head nor shared by all")
         out.append(Entry(f"{name}.{n}", spec))
+    return out
+
+
+def _compressed_indexer_entries(name: str, indexer: nn.Module) -> list:
+    """Entries of an indexer inside a shared-KV attention's compressor (`COMPRESSED_INDEXER`: deepseek_v4's CSA), which
+    runs as plain tensors on the rank's heads: its query projection column-wise on the index heads (local shards), the
+    compressed key it scores whole on every rank (`INDEX_KEY_WHY`), and its scoring head a `dtensor_region` whose
+    per-head inputs enter sharded on their head dim and whose per-head weights are column-wise, so the sum over the index
+    heads is a partial sum DTensor all-reduces before the top-k (every rank ranks by all heads, as the DSA indexer)."""
+    t = COMPRESSED_INDEXER
+    heads = next((getattr(indexer, a) for a in t["heads"] if isinstance(getattr(indexer, a, None), int)), None)
+    width = getattr(indexer, "head_dim", None)
+    if heads is None or width is None:
+        return [Entry(name, S("unshardable", reason=f"indexer without a head count {t['heads']} and a head_dim"))]
+    key = S("replicate", mode="local_rows", reason=INDEX_KEY_WHY)
+    out = [Entry(name, key)] if list(indexer.parameters(recurse=False)) else []  # its compressor's position bias
+    for n, m in indexer.named_children():
+        full = f"{name}.{n}"
+        if n == t["scorer"]:
+            out.append(Entry(full, S("dtensor_region", sharded=t["per_head_inputs"])))
+            for sn, sm in m.named_children():
+                per_head = isinstance(sm, nn.Linear) and sm.out_features == heads  # one weight per index head
+                why = f"scorer part {sn} is not one output per index head"
+                out.append(
+                    Entry(f"{full}.{sn}", S("colwise", local=False) if per_head else S("unshardable", reason=why))
+                )
+        elif n in t["queries"]:  # head-major (its width alone would not say: the key's projections are 2 x head_dim)
+            out.append(
+                Entry(full, S("colwise", local=True))
+                if isinstance(m, nn.Linear) and m.out_features == heads * width
+                else Entry(full, S("unshardable", reason=f"{n} is not {heads} index heads of {width}"))
+            )
+        elif list(m.parameters(recurse=False)):  # the key's compressor: projections to the key, its norm
+            out.append(Entry(full, key))
+        elif _has_own_state(m):  # its rotary embedding: buffers only, recomputed by every rank
+            out.append(Entry(full, S("replicate", mode="plain")))
     return out
 
 # %% ../nbs/04b_sharding.ipynb #acae54e37e7d407bbb7b55eff062a284
@@ -1370,21 +1421,28 @@ def parallel_style(spec: Spec):
 
 # %% ../nbs/04b_sharding.ipynb #17647da7
 class _DTensorRegion:
-    """A stateless module whose forward computes on DTensors: its plain tensor inputs enter as Replicate DTensors, its
-    output leaves as a plain tensor, whole on every rank. With `local` (the GQA recipe, a negative control's layout),
-    the reverse: its DTensor inputs leave as local tensors and it computes on those."""
+    """A stateless module whose forward computes on DTensors: its plain tensor inputs enter as Replicate DTensors (those
+    named in `sharded` as the rank's shard on the dim given: a head shard), its output leaves as a plain tensor, whole
+    on every rank. With `local` (the GQA recipe, a negative control's layout), the reverse: its DTensor inputs leave as
+    local tensors and it computes on those."""
 
-    def __init__(self, local: bool = False):
-        self.local = local
+    def __init__(self, local: bool = False, sharded: tuple[tuple[str, int], ...] = ()):
+        self.local, self.sharded = local, dict(sharded)
 
     def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
-        def enter(t):
+        def enter(t, placement=None):
             if self.local:
                 return t.to_local() if isinstance(t, DTensor) else t
             plain = isinstance(t, torch.Tensor) and not isinstance(t, DTensor)
-            return DTensor.from_local(t, mesh, [Replicate()], run_check=False) if plain else t
+            return DTensor.from_local(t, mesh, [placement or Replicate()], run_check=False) if plain else t
 
         def inputs(mod, args, kwargs):
+            if self.sharded and not self.local:  # by name, passed by position or by keyword
+                bound = inspect.signature(mod.forward).bind(*args, **kwargs).arguments
+                args, kwargs = (
+                    (),
+                    {n: enter(v, Shard(self.sharded[n])) if n in self.sharded else v for n, v in bound.items()},
+                )
             return tree_map(enter, args), tree_map(enter, kwargs)
 
         def leave(t):
@@ -1538,7 +1596,7 @@ STYLES["gathered_norm:gated"] = lambda spec: GatheredInputs(
     input_layout=Shard(2), output_layout=Shard(2), use_local_output=True
 )
 STYLES["rowwise_replicated"] = lambda spec: RowwiseReplicated(partial_grad=spec.opt("grad", "partial") == "partial")
-STYLES["dtensor_region"] = lambda spec: _DTensorRegion(local=bool(spec.opt("local", False)))
+STYLES["dtensor_region"] = lambda spec: _DTensorRegion(bool(spec.opt("local", False)), spec.opt("sharded", ()))
 STYLES["head_sharded:dtensor"] = lambda spec: _ShardedOwnState()
 STYLES["channel_region"] = lambda spec: ChannelRegion(local_tokens=spec.opt("tokens") == "local")
 STYLES["partial_region"] = lambda spec: PartialSumRegion(spec.opt("kwarg"), spec.opt("grad", "partial") == "partial")

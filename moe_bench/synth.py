@@ -165,6 +165,9 @@ def synthetic_overrides(real: PretrainedConfig, num_layers: int, small: bool = F
         # linear-attention heads as small as attention's (glm5_next kept 64 heads 128 wide beside a 64-wide hidden
         # state: 4.7 GB for one forward of 4 x 16 tokens through the torch fallback, 0.6 GB at these sizes)
         out |= {k: SMALL_HEAD_DIM for k in d if k.startswith("linear_") and k.endswith("head_dim")}
+        # low-rank latents as small as MLA's, also where the family has no kv latent (deepseek_v4 kept its 1024-wide q
+        # and grouped-output latents beside a 64-wide hidden state: contractions over 8192 inputs in its o_b_proj)
+        out |= {k: MLA_FIELDS["q_lora_rank"] for k, v in d.items() if k.endswith("_lora_rank") and v}
         out |= {
             k: _fits(SYNTHETIC_HEADS, 2) if "key" in k else SYNTHETIC_HEADS
             for k in d

@@ -41,7 +41,10 @@ what must catch it. What the rows cover:
 - a shared-KV attention (deepseek_v4's): its one kv head whole on every rank, computed for the rank's heads
   (`replicate(mode=local_rows)`; caught when `kv_norm` is a plain replicated tensor, each rank keeping its heads'
   share of the gradient), its grouped output projection on the rank's groups (the config's `o_groups` the rank's
-  own), its sinks `head_sharded` (caught at run time when kept whole).
+  own), its sinks `head_sharded` (caught at run time when kept whole), its compressor whole for the rank's heads
+  (caught when the compressor's own state is a plain replicated tensor: only now that the sequence makes entries),
+  and the CSA layer's indexer on its index heads, its scoring head a `dtensor_region` whose per-head q enters sharded
+  (caught when sharded with the GQA recipe: each rank's top-k over its own index heads).
 
 One torchrun launch per world size, the TP configuration alone, on the small models; at world size 4 only the models
 whose TP degree reaches 4 there."""
@@ -151,6 +154,14 @@ CASES = [
     ),
     ("deepseek_v4", "replicate", "kv_norm", "wrong reduction: the per-head kv_norm a plain replicated", "parity check"),
     ("deepseek_v4", "head_sharded", "self_attn", "wrong layout: the attention's per-head state", "runtime error"),
+    ("deepseek_v4", "replicate", "compressor", "wrong reduction: the compressor's own state", "parity check"),
+    (
+        "deepseek_v4",
+        "dtensor_region",
+        "scorer",
+        "wrong reduction: the indexer's top-k over each rank's own",
+        "parity check",
+    ),
 ]
 MODELS = list(dict.fromkeys(c[0] for c in CASES))  # one launch runs each model once, in this order on every rank
 # World size 4 holds the models whose TP degree reaches 4 there. Most small configs have 2 kv heads, so at world

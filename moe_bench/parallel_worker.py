@@ -145,7 +145,13 @@ def tp_degree(cfg, world: int = WORLD) -> int:
     dims = [cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size, SEQ, cfg.hidden_size]
     dims += [
         getattr(cfg, k)
-        for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_num_heads", "index_n_heads")
+        for k in (
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_num_heads",
+            "index_n_heads",
+            "indexer_n_heads",
+        )
         if getattr(cfg, k, None)
     ]
     for k in ("moe_intermediate_size", "intermediate_size", "shared_expert_intermediate_size"):
@@ -585,23 +591,24 @@ def negative_plans(
             )
         )
     region = next((e for e in plan.entries if e.spec.kind == "dtensor_region"), None)
-    if region:  # the natural mistake: a DSA indexer sharded as GQA attention, each rank ranking keys by its own heads
-        # (deepseek_v4's scoring head reads no head count: its per-head inputs come in as the rank's heads)
-        counts = () if region.spec.opt("sharded") else INDEX_HEAD_COUNTS
-        region = region.pattern
+    if region:  # the natural mistake: an indexer sharded as GQA attention, each rank ranking keys by its own heads
+        # (deepseek_v4's scoring head reads no head count: its per-head inputs come in as the rank's heads; QSA's counts
+        # are already the rank's)
+        counts = () if region.spec.opt("sharded") else region.spec.opt("local_counts") or INDEX_HEAD_COUNTS
         gqa = {
-            "dtensor_region": S("dtensor_region", local=True, local_counts=counts),
+            "dtensor_region": S("dtensor_region", **dict(region.spec.opts) | dict(local=True, local_counts=counts)),
             "colwise": S("colwise", local=True),
             "replicate": S("replicate", mode="local_rows"),
             "head_sharded": S("head_sharded"),
+            "norm_sp": S("norm_sp", dim=2, local=True),  # QSA's per-head q norm, its output the rank's heads
         }
-        inside = lambda p: p == region or p.startswith(region + ".")  # noqa: E731
+        inside = lambda p: p == region.pattern or p.startswith(region.pattern + ".")  # noqa: E731
         out.append(
             (
                 "wrong reduction: the indexer's top-k over each rank's own index heads (GQA recipe)",
                 Plan(
                     f"{plan.name}-indexer-as-GQA",
-                    [e._replace(spec=gqa[e.spec.kind]) if inside(e.pattern) else e for e in plan.entries],
+                    [e._replace(spec=gqa.get(e.spec.kind, e.spec)) if inside(e.pattern) else e for e in plan.entries],
                     plan.attention,
                 ),
                 True,

@@ -21,7 +21,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_common import ShardPlacementResult
 from torch.distributed.fsdp._fully_shard._fsdp_init import _get_mesh_info
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
-from torch.distributed.tensor.experimental import local_map
+from torch.distributed.tensor.experimental import implicit_replication, local_map
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     ParallelStyle,
@@ -31,6 +31,7 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
     parallelize_module,
 )
+from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
 from torchtitan.distributed.tensor_parallel import NoParallel
@@ -57,12 +58,13 @@ __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ',
            'FUSED_QKV', 'PER_CHANNEL', 'LIGHTNING', 'LIGHTNING_DECAYS', 'GATES', 'PER_HEAD_PROJS', 'KV_CONVS',
            'DYNAMIC_CONV', 'SHARED_BY_HEADS', 'QK_NORMS', 'LINEAR_HEAD_COUNTS', 'KEY_HEADS', 'CONV_SECTIONS',
            'HEAD_WIDTHS', 'CCA', 'CCA_PROJECTIONS', 'SHARED_KV', 'SHARED_KV_WHY', 'DECODER_VECTORS_WHY',
-           'ROUTER_PART_WHY', 'INDEXER', 'INDEX_HEAD_COUNTS', 'COMPRESSED_INDEXER', 'INDEX_KEY_WHY', 'MAMBA1',
-           'MAMBA2_SIZES', 'PROBE_TOKENS', 'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS', 'MOA_WIDTHS', 'HF_KIND_AGREES',
-           'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry', 'Plan', 'PlanError',
-           'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel', 'parallel_style', 'RowwiseReplicated',
-           'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion', 'GatheredInputs', 'register_local_map_attention',
-           'shared_gate_sharding', 'all_to_all_form', 'RankConfig', 'apply_model_parallel', 'apply_fsdp']
+           'ROUTER_PART_WHY', 'INDEXER', 'INDEX_HEAD_COUNTS', 'INDEX_KEY_STATE', 'COMPRESSED_INDEXER', 'INDEX_KEY_WHY',
+           'QSA', 'QSA_SIZES', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS', 'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS',
+           'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry',
+           'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel', 'parallel_style',
+           'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion', 'GatheredInputs',
+           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'RankConfig',
+           'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -332,6 +334,8 @@ def _attention_entries(name: str, attn: nn.Module) -> tuple[list, str | None]:
                     f"{name}.{n}", S("unshardable", reason=f"{n} is {width} wide: neither a head nor a projection")
                 )
             )
+        if INDEXER in kids:
+            out += _indexer_entries(f"{name}.{INDEXER}", getattr(attn, INDEXER))
         return out + _head_parts(name, attn, heads), "local"
     return [], None
 
@@ -690,16 +694,23 @@ def model_plan(model: nn.Module) -> Plan:
     return Plan(type(model).__name__, entries, attention)
 
 # %% ../nbs/04b_sharding.ipynb #1fd37548
-INDEXER = "indexer"  # MLA attention's DSA indexer child
-INDEX_HEAD_COUNTS = ("n_heads",)  # what the indexer's forward reads of its head count
+INDEXER = "indexer"  # an attention's indexer child: MLA's DSA indexer, qwen4_exp's QSA indexer in GQA attention
+INDEX_HEAD_COUNTS = ("n_heads",)  # what the DSA indexer's forward reads of its head count
+# a DSA indexer's own state on its one shared key: glm5_next's k-pool compression (gate scores from the stream, a bias
+# per pool slot) averaging each pool of keys into one: whole, as the key is
+INDEX_KEY_STATE = ("index_kpool_compress_ape", "index_kpool_compress_gate")
 # deepseek_v4's indexer (inside a compressor, run as plain tensors): its index head count, its query projection, and
 # its child that scores `sum_h w_h relu(q_h . k)`, with its per-head inputs (name -> head dim: q is (B, S, H, D))
 COMPRESSED_INDEXER = dict(heads=("num_heads",), queries=("q_b_proj",), scorer="scorer", per_head_inputs=(("q", 2),))
 INDEX_KEY_WHY = (
-    "the compressed key every index head scores (deepseek_v4's indexer: its own compressor of the tokens, kv_proj, "
-    "gate_proj, position_bias, kv_norm): nothing per index head to split; each rank computes it whole as plain tensors "
-    "for its own index heads, the weights whole and their gradient summed over the ranks"
+    "the one key every index head scores (deepseek_v4's compressed key: its own compressor of the tokens, kv_proj, "
+    "gate_proj, position_bias, kv_norm; a DSA indexer's k-pool compression; a QSA indexer's key norm): nothing per index "
+    "head to split, its norm spanning its channels; each rank computes it whole for its own index heads, the weights "
+    "whole and their gradient summed over the ranks"
 )
+# a QSA indexer (qwen4_exp): one Linear for [q heads; the shared key], a norm within each q head, the pooled key's norm
+QSA = dict(qk="index_qk_proj", q_norm="q_layernorm", k_norm="k_layernorm")
+QSA_SIZES = ("index_n_heads", "index_kv_heads", "index_head_dim")  # (query heads, key heads, head width)
 
 
 def _one_per_head(m: nn.Module, heads: int) -> bool:
@@ -709,9 +720,25 @@ def _one_per_head(m: nn.Module, heads: int) -> bool:
 
 
 def _indexer_entries(name: str, indexer: nn.Module) -> list:
-    "Entries of a DSA indexer: sharded on its index heads up to their sum, which DTensor all-reduces before the top-k."
+    """Entries of a DSA indexer: sharded on its index heads up to their sum, which DTensor all-reduces before the top-k;
+    the shared key a replicated DTensor, or, where the indexer pools its keys itself (`INDEX_KEY_STATE`: which pools
+    are kept depends on the data, a boolean index DTensor cannot propagate), plain and whole on every rank."""
+    if set(QSA.values()) <= {n for n, _ in indexer.named_children()}:
+        return _qsa_entries(name, indexer)
     heads, width = indexer.n_heads, indexer.head_dim
-    out = [Entry(name, S("dtensor_region"))]
+    own = [n for n, _ in indexer.named_parameters(recurse=False)]
+    pooled = bool(own) and set(own) <= set(INDEX_KEY_STATE)
+    shared = S("replicate", mode="local_rows", reason=INDEX_KEY_WHY) if pooled else S("replicate", mode="dtensor")
+    out = [
+        Entry(
+            name,
+            S("dtensor_region")
+            if not own
+            else S("dtensor_region", mode="local_rows", reason=INDEX_KEY_WHY)  # glm5_next's k-pool compression
+            if pooled
+            else S("unshardable", reason=f"indexer state {own} is neither per index head nor the shared key's"),
+        )
+    ]
     for n, m in indexer.named_children():
         own = dict(m.named_parameters())
         if isinstance(m, nn.Linear) and m.out_features in (heads, heads * width):  # wq_b, weights_proj: per index head
@@ -721,7 +748,7 @@ def _indexer_entries(name: str, indexer: nn.Module) -> list:
         elif (isinstance(m, nn.Linear) and m.out_features == width) or (
             own and set(own) <= {"weight", "bias"} and all(p.ndim == 1 for p in own.values())
         ):  # wk: the one key every head scores; k_norm, q_input_norm: norms of a whole vector, not of a head
-            spec = S("replicate", mode="dtensor")
+            spec = shared
         else:
             spec = S("unshardable", reason=f"indexer part {n} is neither per index head nor shared by all")
         out.append(Entry(f"{name}.{n}", spec))
@@ -761,6 +788,35 @@ def _compressed_indexer_entries(name: str, indexer: nn.Module) -> list:
             out.append(Entry(full, key))
         elif _has_own_state(m):  # its rotary embedding: buffers only, recomputed by every rank
             out.append(Entry(full, S("replicate", mode="plain")))
+    return out
+
+
+def _qsa_entries(name: str, indexer: nn.Module) -> list:
+    """Entries of a QSA indexer (`QSA`: qwen4_exp's) on the rank's index heads: [q; k] `blockwise`, the rank's q heads
+    and the one key whole; the per-head q norm's output a DTensor sharded on the heads, so the sum of the heads' scores
+    is DTensor's partial sum, all-reduced before the top-k; the key and its norm plain and whole on every rank."""
+    heads, kv, width = (getattr(indexer, a) for a in QSA_SIZES)
+    t, kids = QSA, dict(indexer.named_children())
+    out = [Entry(name, S("dtensor_region", local_counts=QSA_SIZES[:1]))]
+    qk = kids[t["qk"]]
+    out.append(
+        Entry(f"{name}.{t['qk']}", S("blockwise", sections=(heads * width, width), whole=(1,)))
+        if kv == 1 and qk.out_features == (heads + kv) * width
+        else Entry(f"{name}.{t['qk']}", S("unshardable", reason=f"{t['qk']} is not [q heads; one shared key]"))
+    )
+    for n, spec in (
+        (t["q_norm"], S("norm_sp", dim=2, local=False)),
+        (t["k_norm"], S("replicate", mode="local_rows", reason=INDEX_KEY_WHY)),
+    ):
+        w = [p.shape for p in kids[n].parameters()]
+        out.append(
+            Entry(f"{name}.{n}", spec if w == [(width,)] else S("unshardable", reason=f"{n} {w}: not one head wide"))
+        )
+    for n, m in kids.items():
+        if n not in t.values() and _has_own_state(m):
+            out.append(Entry(f"{name}.{n}", S("unshardable", reason=f"indexer part {n}: not a QSA part")))
+    if own := [n for n, _ in indexer.named_parameters(recurse=False)]:
+        out[0] = Entry(name, S("unshardable", reason=f"QSA indexer state {own}: not a QSA part"))
     return out
 
 # %% ../nbs/04b_sharding.ipynb #acae54e37e7d407bbb7b55eff062a284
@@ -1134,7 +1190,9 @@ def check_plan(
         resolved[mname] = spec
         if spec.kind in STATE_KINDS and mname not in owned:
             problems.append(f"{mname}: state spec {spec} on a module without state")
-        if tp and spec.kind in BOUNDARY_KINDS and mname in owned:  # a TP concern: without TP no boundary is applied
+        if (
+            tp and spec.kind in BOUNDARY_KINDS and mname in owned and spec.opt("mode") != "local_rows"
+        ):  # a TP concern: without TP no boundary is applied
             unplanned += owned[mname]
             problems.append(f"{mname}: boundary spec {spec} on a module holding {owned[mname]}")
         if tp and spec.kind == "unshardable":
@@ -1420,39 +1478,65 @@ def parallel_style(spec: Spec):
     return STYLES[key](spec)
 
 # %% ../nbs/04b_sharding.ipynb #17647da7
-class _DTensorRegion:
-    """A stateless module whose forward computes on DTensors: its plain tensor inputs enter as Replicate DTensors (those
-    named in `sharded` as the rank's shard on the dim given: a head shard), its output leaves as a plain tensor, whole
-    on every rank. With `local` (the GQA recipe, a negative control's layout), the reverse: its DTensor inputs leave as
-    local tensors and it computes on those."""
+def _whole(t):
+    "A DTensor made whole and handed on as the rank's plain copy; anything else as it is."
+    return t.redistribute(placements=[Replicate()] * t.device_mesh.ndim).to_local() if isinstance(t, DTensor) else t
 
-    def __init__(self, local: bool = False, sharded: tuple[tuple[str, int], ...] = ()):
-        self.local, self.sharded = local, dict(sharded)
+
+class _WholeSelection(TorchFunctionMode):
+    """Inside an indexer's DTensor forward, a top-k over DTensors returns plain tensors, whole on every rank: the
+    selection ranks the keys by every head's score, and what follows it (HF writes the indices into tensors it makes)
+    is the same on every rank."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return tree_map(_whole, out) if func in (torch.topk, torch.Tensor.topk) else out
+
+
+class _DTensorRegion:
+    """A stateless module whose forward computes on DTensors where its parts make them (heads sharded) and on plain
+    tensors elsewhere: its DTensor inputs read whole as plain tensors (their gradient each rank's heads' share, a
+    partial sum), a plain tensor meeting a DTensor read as Replicate (`implicit_replication`), its output leaving as
+    a plain tensor, whole on every rank; with `state`, its own parameters whole, read as local views (their gradient a
+    partial sum); with `sharded` (deepseek_v4's scorer, given plain tensors on the rank's heads), the inputs named
+    there enter as the rank's shard on the dim given, its other plain inputs as Replicate DTensors. With `local` (the
+    GQA recipe, a negative control's layout) nothing is a DTensor inside: it computes on its rank's heads alone."""
+
+    def __init__(self, local: bool = False, state: bool = False, sharded: tuple[tuple[str, int], ...] = ()):
+        self.local, self.state, self.sharded = local, state, dict(sharded)
 
     def apply(self, module: nn.Module, mesh, reader: nn.Module) -> None:
-        def enter(t, placement=None):
-            if self.local:
-                return t.to_local() if isinstance(t, DTensor) else t
+        if self.state:
+            _LocalRowsState().apply(module, mesh, module)
+        grad = None if self.local else [Partial()]
+
+        def lift(t, placement=None):
             plain = isinstance(t, torch.Tensor) and not isinstance(t, DTensor)
             return DTensor.from_local(t, mesh, [placement or Replicate()], run_check=False) if plain else t
 
         def inputs(mod, args, kwargs):
             if self.sharded and not self.local:  # by name, passed by position or by keyword
                 bound = inspect.signature(mod.forward).bind(*args, **kwargs).arguments
-                args, kwargs = (
-                    (),
-                    {n: enter(v, Shard(self.sharded[n])) if n in self.sharded else v for n, v in bound.items()},
-                )
-            return tree_map(enter, args), tree_map(enter, kwargs)
-
-        def leave(t):
-            return t.redistribute(placements=[Replicate()]).to_local() if isinstance(t, DTensor) else t
+                return (), {
+                    n: lift(v, Shard(self.sharded[n])) if n in self.sharded else tree_map(lift, v)
+                    for n, v in bound.items()
+                }
+            local = lambda t: t.to_local(grad_placements=grad) if isinstance(t, DTensor) else t  # noqa: E731
+            return tree_map(local, args), tree_map(local, kwargs)
 
         def output(mod, args, kwargs, out):
-            return tree_map(leave, out)
+            return tree_map(_whole, out)
 
         module.register_forward_pre_hook(inputs, with_kwargs=True)
         module.register_forward_hook(output, with_kwargs=True)
+        if not self.local:
+            inner = module.forward
+
+            def forward(*args, **kwargs):
+                with implicit_replication(), _WholeSelection():
+                    return inner(*args, **kwargs)
+
+            module.forward = forward
 
 
 class _ShardedOwnState:
@@ -1596,7 +1680,10 @@ STYLES["gathered_norm:gated"] = lambda spec: GatheredInputs(
     input_layout=Shard(2), output_layout=Shard(2), use_local_output=True
 )
 STYLES["rowwise_replicated"] = lambda spec: RowwiseReplicated(partial_grad=spec.opt("grad", "partial") == "partial")
-STYLES["dtensor_region"] = lambda spec: _DTensorRegion(bool(spec.opt("local", False)), spec.opt("sharded", ()))
+STYLES["dtensor_region"] = lambda spec: _DTensorRegion(
+    local=bool(spec.opt("local", False)), sharded=spec.opt("sharded", ())
+)
+STYLES["dtensor_region:local_rows"] = lambda spec: _DTensorRegion(local=bool(spec.opt("local", False)), state=True)
 STYLES["head_sharded:dtensor"] = lambda spec: _ShardedOwnState()
 STYLES["channel_region"] = lambda spec: ChannelRegion(local_tokens=spec.opt("tokens") == "local")
 STYLES["partial_region"] = lambda spec: PartialSumRegion(spec.opt("kwarg"), spec.opt("grad", "partial") == "partial")
@@ -1607,6 +1694,9 @@ REPLICATED_WHY = {  # spec key (kind, or "replicate:<mode>") -> why no sharding 
     "projection and its norm (MLA's q and kv latents, deepseek_v4's q latent, kimi_linear's forget and output gates), a DSA indexer's shared key "
     "and its norms: a head shard needs all of it; torchtitan's DeepSeek-V3 plan keeps wq_a, wkv_a and their norms "
     "Replicate too",
+    "dtensor_region:local_rows": "an indexer's own state on the one key every index head scores (glm5_next's k-pool "
+    "compression): the key is whole (its norm spans its channels), so what compresses it is whole too, applied by "
+    "each rank for its own index heads, its gradient a partial sum",
     "replicate:plain": "a rotary embedding: buffers only (inv_freq), recomputed by every rank, nothing to shard",
     "replicate:dtensor_outputs": "a rotary embedding whose cos/sin enter the local_map attention: buffers only, its "
     "outputs Replicate DTensors",

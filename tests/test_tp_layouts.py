@@ -18,7 +18,9 @@ what must catch it. What the rows cover:
   its value halves with `span` (each rank's kv heads of cat(current, delayed); caught when each half is split
   column-wise); qwen3_next's per-head gated norm `replicate(mode=local_rows)`.
 - `dtensor_region`: deepseek_v32's DSA indexer, per index head up to the sum over heads, which DTensor all-reduces
-  before the top-k (caught when sharded with the GQA recipe: each rank's top-k over its own heads).
+  before the top-k (caught when sharded with the GQA recipe: each rank's top-k over its own heads); glm5_next's, which
+  pools its keys itself (`mode=local_rows`: the key path and the pool compression plain and whole on every rank, the
+  per-head parts DTensors; caught the same way).
 - jamba's Mamba1 mixer on its inner channels, `x_proj` `rowwise_replicated` (caught when each rank's share of the
   gradient of dt, B and C is taken for the whole).
 - `partial_region`: jetmoe's mixture of attention heads (its forward on the rank's kv heads, each expert's query and
@@ -75,6 +77,13 @@ CASES = [
     ("dbrx", "blockwise", "Wqkv", "wrong layout: Wqkv contiguously Shard(0)", "parity check"),
     (
         "deepseek_v32",
+        "dtensor_region",
+        "indexer",
+        "wrong reduction: the indexer's top-k over each rank's own",
+        "parity check",
+    ),
+    (
+        "glm5_next",
         "dtensor_region",
         "indexer",
         "wrong reduction: the indexer's top-k over each rank's own",

@@ -438,7 +438,7 @@ def _role(module: str) -> str:
 
 def _replicated_section(records: dict[str, dict[str, dict]]) -> list[str]:
     """Each layout the phase 4 plans keep whole on the TP axis, and each Titan MoE tensor its TP sharding keeps whole
-    (the TP run's `model_parallel` record, `moe_kept_whole`): why, and the modules (by role) with their models."""
+    (the TP run's `kept_whole`, from `moe_kept_whole`): why, and the modules (by role) with their models."""
     kept: dict[str, dict[str, set]] = {}
     for m, r in records.items():
         for e in r.get("parallelism", {}).get("plan") or []:
@@ -446,9 +446,8 @@ def _replicated_section(records: dict[str, dict[str, dict]]) -> list[str]:
             if key in REPLICATED_WHY or key == "unshardable":
                 kept.setdefault((key, own), {}).setdefault(_role(e["module"]), set()).add(m)
         for c in r.get("parallelism", {}).get("configs") or []:
-            for moe, applied in (c.get("model_parallel") or {}).items():
-                for path, why in (applied.get("whole") or {}).items():
-                    kept.setdefault(("titan_moe", why), {}).setdefault(_role(f"{moe}.{path}"), set()).add(m)
+            for tensor, why in (c.get("kept_whole") or {}).items():
+                kept.setdefault(("titan_moe", why), {}).setdefault(_role(tensor), set()).add(m)
     if not kept:
         return []
     lines = ["", "## TP layouts kept whole, and why", "", "| layout | why | modules (models) |", "|---|---|---|"]

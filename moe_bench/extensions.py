@@ -715,12 +715,38 @@ class _CountedOnce(torch.autograd.Function):
         return grad_RD, None
 
 
-def _gathered_columns(t_RC: torch.Tensor, mesh, grad) -> torch.Tensor:
-    """`t_RC`'s last dim, split over the 1-D `mesh`, gathered whole on every rank. `grad`: the placement of the whole
-    tensor's gradient, split back to the rank's columns: `Partial()` (each rank's share: reduce-scattered) or
-    `Replicate()` (alike on every rank: each takes its own columns)."""
-    sharded = DTensor.from_local(t_RC, mesh, [Shard(t_RC.ndim - 1)], run_check=False)
-    return sharded.redistribute(mesh, [Replicate()]).to_local(grad_placements=[grad])
+class _SplitDownProjection(torch.autograd.Function):
+    """The experts' down projection under TP, split with no sum across ranks either way. Forward: the activation
+    gathered over F (each rank holds its F columns), each rank's D columns of the rows as full sums over F (w2's shard:
+    every F by the rank's D), the rows gathered over D. Backward (the rows' gradient alike on every rank): w2's shard
+    from the rank's D columns of that gradient and the whole activation; the activation's F columns from the whole
+    gradient and w2's F columns over every D (w2 moved to its F split for it), each a full sum as one process's."""
+
+    @staticmethod
+    def forward(ctx, h_RF, w2_t_EFD, offsets_E, mesh, mm, own_columns_only: bool):
+        whole_h_RF = DTensor.from_local(h_RF, mesh, [Shard(1)], run_check=False).full_tensor()
+        ctx.save_for_backward(h_RF, whole_h_RF, w2_t_EFD, offsets_E)
+        ctx.mesh, ctx.mm, ctx.own_columns_only = mesh, mm, own_columns_only
+        out_RD = mm(A=whole_h_RF, B_t=w2_t_EFD, offs=offsets_E)
+        return DTensor.from_local(out_RD, mesh, [Shard(1)], run_check=False).full_tensor()
+
+    @staticmethod
+    def backward(ctx, grad_RD):
+        h_RF, whole_h_RF, w2_t_EFD, offsets_E = ctx.saved_tensors
+        mesh, mm, width = ctx.mesh, ctx.mm, w2_t_EFD.shape[-1]
+        own_RD = grad_RD[:, mesh.get_local_rank() * width :][:, :width]  # the rank's D columns of the gradient
+        with torch.enable_grad():
+            w2_t = w2_t_EFD.detach().requires_grad_()
+            (grad_w2_t,) = torch.autograd.grad(mm(A=whole_h_RF, B_t=w2_t, offs=offsets_E), w2_t, own_RD)
+            h = h_RF.detach().requires_grad_()
+            if ctx.own_columns_only:  # a control's: the rank's share from its own D columns, never summed
+                cols = slice(mesh.get_local_rank() * h_RF.shape[-1], (mesh.get_local_rank() + 1) * h_RF.shape[-1])
+                (grad_h,) = torch.autograd.grad(mm(A=h, B_t=w2_t_EFD[:, cols], offs=offsets_E), h, own_RD)
+            else:  # w2 on its F split (an all-to-all), its F columns over every D, as one process's transposed view
+                w2_EDF = DTensor.from_local(w2_t_EFD.transpose(-2, -1), mesh, [Shard(1)], run_check=False)
+                w2_cols_t = w2_EDF.redistribute(mesh, [Shard(2)]).to_local().transpose(-2, -1)
+                (grad_h,) = torch.autograd.grad(mm(A=h, B_t=w2_cols_t, offs=offsets_E), h, grad_RD)
+        return grad_h, grad_w2_t, None, None, None, None
 
 
 class PostNormGroupedExperts(GroupedExperts):
@@ -729,13 +755,14 @@ class PostNormGroupedExperts(GroupedExperts):
     own experts' outputs. Under TP the split is exact, with no sum across ranks (`expert_projections_sharding` gives
     the layout): w1 and w3 split on the intermediate dim F, so each rank computes its columns of the activation whole;
     the activation gathered over F; w2 split on its output dim D, so each rank computes its columns of the rows as
-    full sums; the rows gathered over D; then the norm on whole rows, as one process computes them. (torchtitan's
-    row-wise w2 leaves partial sums, and a norm of their all-reduced sum differs from one process's rows by its
-    rounding, which the norm's gradient amplifies past the parity tolerance: 1.41x on w3's gradient, measured.) The
-    normed rows, alike on every rank, are counted once (the first rank's, zeros on the others) for the partial sums
-    torchtitan's combine and its reduce-scatter expect; their gradient, alike on every rank, is each rank's whole, so
-    the norm's weight gets the whole gradient on every rank, w2's shard its columns of it, and the activation's
-    gradient (each rank's share from its w2 columns) is reduce-scattered to w1's and w3's shards."""
+    full sums; the rows gathered over D (`_SplitDownProjection`); then the norm on whole rows, as one process computes
+    them. (torchtitan's row-wise w2 leaves partial sums, and a norm of their all-reduced sum differs from one
+    process's rows by its rounding, which the norm's gradient amplifies past the parity tolerance: 1.41x on w3's
+    gradient, measured.) The normed rows, alike on every rank, are counted once (the first rank's, zeros on the
+    others) for the partial sums torchtitan's combine and its reduce-scatter expect; their gradient, alike on every
+    rank, is each rank's whole: the norm's weight gets the whole gradient on every rank, w2's shard its D columns of
+    it, and the activation's F columns come from w2's F columns over every D, so w1's and w3's shards get theirs with
+    no sum across ranks either."""
 
     # a negative control's wrong TP layout (the plan's `titan_moe(control=...)`) -> (its label, what must catch it)
     TP_CONTROLS = {
@@ -744,9 +771,9 @@ class PostNormGroupedExperts(GroupedExperts):
             "input dim, torchtitan's row-wise layout)",
             "parity check",
         ),
-        "activation_grad_whole": (
-            "wrong reduction: the experts' gathered activation's gradient taken whole on each rank, not summed over "
-            "the ranks' w2 columns",
+        "activation_grad_own": (
+            "wrong reduction: the experts' activation gradient from each rank's own w2 columns alone, not from every "
+            "column",
             "parity check",
         ),
         "activation_local": (
@@ -798,14 +825,12 @@ class PostNormGroupedExperts(GroupedExperts):
 
     def _grouped_mm(self, *, A: torch.Tensor, B_t: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
         """torchtitan's seam for the three grouped matmuls. Under TP the down projection (its A the activation on the
-        rank's F columns, its B_t w2's shard, all of F by the rank's D columns) reads the activation gathered over F
-        and returns the rows gathered over D."""
+        rank's F columns, its B_t w2's shard, all of F by the rank's D columns) runs split (`_SplitDownProjection`)."""
         mesh = self._down_mesh
-        if mesh is None or A.shape[-1] == B_t.shape[-2]:  # one process, EP, or w1/w3 on the rank's F columns
-            return super()._grouped_mm(A=A, B_t=B_t, offs=offs)
-        if self.tp_control != "activation_local":
-            A = _gathered_columns(A, mesh, Replicate() if self.tp_control == "activation_grad_whole" else Partial())
-        return _gathered_columns(super()._grouped_mm(A=A, B_t=B_t, offs=offs), mesh, Replicate())
+        if mesh is None or A.shape[-1] == B_t.shape[-2] or self.tp_control == "activation_local":
+            return super()._grouped_mm(A=A, B_t=B_t, offs=offs)  # one process, EP, w1/w3, or a control's mismatch
+        own = self.tp_control == "activation_grad_own"
+        return _SplitDownProjection.apply(A, B_t, offs, mesh, super()._grouped_mm, own)
 
 
 class ExpertProjectionsMoE(MoE):

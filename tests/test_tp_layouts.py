@@ -34,9 +34,10 @@ what must catch it. What the rows cover:
 - `titan_moe` nested or extended: ernie4_5_vl_moe's modality MoE, a second torchtitan MoE inside the first, on a
   mixed modality mask (caught when its experts are left whole); muse_spark's experts with their own post norm
   (`PostNormGroupedExperts`, split exactly: w1/w3 on the intermediate dim, the activation gathered, w2 on its output
-  dim, the rows gathered, the norm on whole rows, counted once; caught when the norm runs on each rank's partial sums
-  of torchtitan's row-wise w2, when the gathered activation's gradient is taken whole on each rank, and at run time
-  when the activation is not gathered), beside the embedding's reduce-scatter before its `embed_norm`.
+  dim, the rows gathered, the norm on whole rows, counted once; the backward with no sum across ranks either: the
+  activation's gradient from w2 moved to its F split; caught when the norm runs on each rank's partial sums of
+  torchtitan's row-wise w2, when the activation's gradient comes from each rank's own w2 columns alone, and at run
+  time when the activation is not gathered), beside the embedding's reduce-scatter before its `embed_norm`.
 - `replicate`: zaya's router MLP as torchtitan's router gate (caught by the setup check as plain tensors).
 - a shared-KV attention (deepseek_v4's): its one kv head whole on every rank, computed for the rank's heads
   (`replicate(mode=local_rows)`; caught when `kv_norm` is a plain replicated tensor, each rank keeping its heads'
@@ -121,7 +122,7 @@ CASES = [
         "muse_spark",
         "titan_moe",
         "inner_experts",
-        "wrong reduction: the experts' gathered activation's gradient taken whole",
+        "wrong reduction: the experts' activation gradient from each rank's own w2 columns alone",
         "parity check",
     ),
     ("muse_spark", "titan_moe", "inner_experts", "wrong layout: the experts' activation left on", "runtime error"),

@@ -450,13 +450,17 @@ def _role(module: str) -> str:
 
 
 def _replicated_section(records: dict[str, dict[str, dict]]) -> list[str]:
-    "Each layout the phase 4 plans keep whole on the TP axis: why, and the modules (by role) with their models."
+    """Each layout the phase 4 plans keep whole on the TP axis, and each Titan MoE tensor its TP sharding keeps whole
+    (the TP run's `kept_whole`, from `moe_kept_whole`): why, and the modules (by role) with their models."""
     kept: dict[str, dict[str, set]] = {}
     for m, r in records.items():
         for e in r.get("parallelism", {}).get("plan") or []:
             key, own = _spec_key(e["spec"]), _spec_reason(e["spec"])
             if key in REPLICATED_WHY or key == "unshardable":
                 kept.setdefault((key, own), {}).setdefault(_role(e["module"]), set()).add(m)
+        for c in r.get("parallelism", {}).get("configs") or []:
+            for tensor, why in (c.get("kept_whole") or {}).items():
+                kept.setdefault(("titan_moe", why), {}).setdefault(_role(tensor), set()).add(m)
     if not kept:
         return []
     lines = ["", "## TP layouts kept whole, and why", "", "| layout | why | modules (models) |", "|---|---|---|"]

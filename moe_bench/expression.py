@@ -85,6 +85,7 @@ from moe_bench.extensions import (
     WeightDtypeCombineDispatcher,
     build_layer_moe,
     clamped_glu_of,
+    expert_projections_parallel_config,
     expert_projections_sharding,
     experts_gating,
     export_layer_moe,
@@ -695,8 +696,10 @@ EXPERT_PROJECTIONS = block_prototype(
     export=lambda titan, block, probe: _apply(
         dict(titan.state_dict()), expert_projections_rules(block, probe), forward=False
     ),
-    # TP: the experts' rows computed whole before their post norm; EP: its weight whole on each rank, gradient summed
+    # TP: the experts split exactly (w1/w3 on the intermediate dim, w2 on its output dim, gathered between) before
+    # their post norm on whole rows; EP: its weight whole on each rank, gradient summed
     sharding=expert_projections_sharding,
+    parallel_config=expert_projections_parallel_config,
 )
 
 # %% ../nbs/00f_expression.ipynb #5c0be4e1a1b54c0c8f3e7a9d11e0a405

@@ -21,6 +21,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor._ops._pointwise_ops import _register_single_dim_pointwise
 from torch.distributed.tensor.placement_types import _StridedShard
+from torchtitan.distributed.parallel_dims import MeshAxisName
 from torchtitan.models.common import moe as titan_moe
 from torchtitan.models.common.decoder_sharding import dense_activation_placement, dense_param_placement
 from torchtitan.models.common.feed_forward import FeedForward
@@ -54,18 +55,19 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts',
            'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE',
            'output_norm_sharding', 'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts',
-           'ExpertProjectionsMoE', 'expert_projections_sharding', 'ScoreBeforeExpertsRouter',
-           'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'IdentityTailDispatcher',
-           'IdentityRowsMetadata', 'IdentityTailAllToAll', 'routed_output', 'PerModalityMoE', 'mixed_modality_mask',
-           'PerModalityConfig', 'per_modality_config', 'per_modality_sharding', 'SharedScoringRouter',
-           'GammaSharedExperts', 'WeightDtypeCombineDispatcher', 'WeightDtypeCombineAllToAll',
-           'router_weighted_shared_sharding', 'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter',
-           'RouterStateMoE', 'RouterStateBlock', 'router_state_sharding', 'padded_width', 'pad_experts_',
-           'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter',
-           'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts',
-           'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
-           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding', 'token_table_ids',
-           'HashRouter', 'HashRoutedMoE', 'hash_router_sharding']
+           'ExpertProjectionsMoE', 'ExpertProjectionsConfig', 'expert_projections_parallel_config',
+           'expert_projections_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
+           'IdentityTailGroupedExperts', 'IdentityTailDispatcher', 'IdentityRowsMetadata', 'IdentityTailAllToAll',
+           'routed_output', 'PerModalityMoE', 'mixed_modality_mask', 'PerModalityConfig', 'per_modality_config',
+           'per_modality_sharding', 'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher',
+           'WeightDtypeCombineAllToAll', 'router_weighted_shared_sharding', 'RouterWeightedSharedMoE',
+           'router_mlp_form', 'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock', 'router_state_sharding',
+           'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
+           'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter',
+           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
+           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
+           'swap_layer_moe', 'layer_moe_sharding', 'token_table_ids', 'HashRouter', 'HashRoutedMoE',
+           'hash_router_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -700,19 +702,87 @@ class LogitMultiplierRouter(TokenChoiceTopKRouter):
         return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
 
 
+class _CountedOnce(torch.autograd.Function):
+    """Rows every rank holds whole and alike, handed on as the terms of a sum: the first rank's, zeros on the others.
+    Their gradient is the sum's, alike on every rank, so each rank passes it on whole (no sum across ranks)."""
+
+    @staticmethod
+    def forward(ctx, y_RD: torch.Tensor, first: bool) -> torch.Tensor:
+        return y_RD.clone() if first else torch.zeros_like(y_RD)
+
+    @staticmethod
+    def backward(ctx, grad_RD: torch.Tensor):
+        return grad_RD, None
+
+
+class _SplitDownProjection(torch.autograd.Function):
+    """The experts' down projection under TP, split with no sum across ranks either way. Forward: the activation
+    gathered over F (each rank holds its F columns), each rank's D columns of the rows as full sums over F (w2's shard:
+    every F by the rank's D), the rows gathered over D. Backward (the rows' gradient alike on every rank): w2's shard
+    from the rank's D columns of that gradient and the whole activation; the activation's F columns from the whole
+    gradient and w2's F columns over every D (w2 moved to its F split for it), each a full sum as one process's."""
+
+    @staticmethod
+    def forward(ctx, h_RF, w2_t_EFD, offsets_E, mesh, mm, own_columns_only: bool):
+        whole_h_RF = DTensor.from_local(h_RF, mesh, [Shard(1)], run_check=False).full_tensor()
+        ctx.save_for_backward(h_RF, whole_h_RF, w2_t_EFD, offsets_E)
+        ctx.mesh, ctx.mm, ctx.own_columns_only = mesh, mm, own_columns_only
+        out_RD = mm(A=whole_h_RF, B_t=w2_t_EFD, offs=offsets_E)
+        return DTensor.from_local(out_RD, mesh, [Shard(1)], run_check=False).full_tensor()
+
+    @staticmethod
+    def backward(ctx, grad_RD):
+        h_RF, whole_h_RF, w2_t_EFD, offsets_E = ctx.saved_tensors
+        mesh, mm, width = ctx.mesh, ctx.mm, w2_t_EFD.shape[-1]
+        own_RD = grad_RD[:, mesh.get_local_rank() * width :][:, :width]  # the rank's D columns of the gradient
+        with torch.enable_grad():
+            w2_t = w2_t_EFD.detach().requires_grad_()
+            (grad_w2_t,) = torch.autograd.grad(mm(A=whole_h_RF, B_t=w2_t, offs=offsets_E), w2_t, own_RD)
+            h = h_RF.detach().requires_grad_()
+            if ctx.own_columns_only:  # a control's: the rank's share from its own D columns, never summed
+                cols = slice(mesh.get_local_rank() * h_RF.shape[-1], (mesh.get_local_rank() + 1) * h_RF.shape[-1])
+                (grad_h,) = torch.autograd.grad(mm(A=h, B_t=w2_t_EFD[:, cols], offs=offsets_E), h, own_RD)
+            else:  # w2 on its F split (an all-to-all), its F columns over every D, as one process's transposed view
+                w2_EDF = DTensor.from_local(w2_t_EFD.transpose(-2, -1), mesh, [Shard(1)], run_check=False)
+                w2_cols_t = w2_EDF.redistribute(mesh, [Shard(2)]).to_local().transpose(-2, -1)
+                (grad_h,) = torch.autograd.grad(mm(A=h, B_t=w2_cols_t, offs=offsets_E), h, grad_RD)
+        return grad_h, grad_w2_t, None, None, None, None
+
+
 class PostNormGroupedExperts(GroupedExperts):
     """Prototype of the core change's experts: `GroupedExperts` with a norm of one form of `NORM_FORMS` on their output
     rows. The norm needs whole rows. Under EP (the weights split on the expert dim) each rank's rows are whole: its
-    own experts' outputs. Under TP (split within each expert, on its hidden width) each rank's rows would be partial
-    sums, and a norm of their all-reduced sum differs from one process's rows by its rounding, which the norm's
-    gradient amplifies past the parity tolerance (1.41x on w3's gradient, measured); so each rank computes the whole
-    rows from the weights gathered whole (as FSDP gathers them; stored sharded), exactly as one process does, and its
-    output is counted once (the first rank's; zero, still in the graph, on the others), leaving as the partial sums
-    torchtitan's combine and its reduce-scatter expect; the gathered weights' gradients are reduce-scattered back to
-    their shards. The norm's weight is whole on every rank; its gradient is summed over every mesh dim that splits the
-    experts (EP: each rank's own tokens; TP: the first rank's count)."""
+    own experts' outputs. Under TP the split is exact, with no sum across ranks (`expert_projections_sharding` gives
+    the layout): w1 and w3 split on the intermediate dim F, so each rank computes its columns of the activation whole;
+    the activation gathered over F; w2 split on its output dim D, so each rank computes its columns of the rows as
+    full sums; the rows gathered over D (`_SplitDownProjection`); then the norm on whole rows, as one process computes
+    them. (torchtitan's row-wise w2 leaves partial sums, and a norm of their all-reduced sum differs from one
+    process's rows by its rounding, which the norm's gradient amplifies past the parity tolerance: 1.41x on w3's
+    gradient, measured.) The normed rows, alike on every rank, are counted once (the first rank's, zeros on the
+    others) for the partial sums torchtitan's combine and its reduce-scatter expect; their gradient, alike on every
+    rank, is each rank's whole: the norm's weight gets the whole gradient on every rank, w2's shard its D columns of
+    it, and the activation's F columns come from w2's F columns over every D, so w1's and w3's shards get theirs with
+    no sum across ranks either."""
 
-    reduce_partial_sums: bool = True  # False: a negative control's layout, the norm on each TP rank's partial sums
+    # a negative control's wrong TP layout (the plan's `titan_moe(control=...)`) -> (its label, what must catch it)
+    TP_CONTROLS = {
+        "partial_sums": (
+            "wrong reduction: the experts' post norm on each rank's partial sums, not on whole rows (w2 split on its "
+            "input dim, torchtitan's row-wise layout)",
+            "parity check",
+        ),
+        "activation_grad_own": (
+            "wrong reduction: the experts' activation gradient from each rank's own w2 columns alone, not from every "
+            "column",
+            "parity check",
+        ),
+        "activation_local": (
+            "wrong layout: the experts' activation left on each rank's intermediate columns, not gathered before w2",
+            "runtime error",
+        ),
+    }
+    tp_control: str | None = None  # a key of `TP_CONTROLS`: the layout a negative control runs instead
+    _down_mesh = None  # under TP, while the forward runs: the mesh dim w2 is split over (its output dim)
 
     def extend(self, weight_D: torch.Tensor, form: str, eps: float) -> PostNormGroupedExperts:
         "The norm's weight as the experts' own tensor `post_norm_D` (D: the experts' width), its form and eps."
@@ -728,26 +798,39 @@ class PostNormGroupedExperts(GroupedExperts):
         w2_EDF, weight_D = self.w2_EDF, self.post_norm_D
         if not isinstance(weight_D, DTensor):
             return self.post_norm(super().forward(x_RD, num_tokens_per_expert_E))
-        split = {n for n, p in zip(w2_EDF.device_mesh.mesh_dim_names, w2_EDF.placements, strict=True) if p.is_shard()}
+        placements = dict(zip(w2_EDF.device_mesh.mesh_dim_names, w2_EDF.placements, strict=True))
         names = weight_D.device_mesh.mesh_dim_names
+        tp = [n for n, p in placements.items() if p == Shard(1)]  # TP: w2 split on its output dim
+        if tp and self.tp_control != "partial_sums":
+            self._down_mesh = w2_EDF.device_mesh[tp[0]]
+            try:  # torchtitan's forward on the rank's shards; its down projection gathers (`_grouped_mm`)
+                out_RD = super().forward(x_RD, num_tokens_per_expert_E)
+            finally:
+                first, self._down_mesh = self._down_mesh.get_local_rank() == 0, None
+            weight_D = weight_D.to_local(grad_placements=[Replicate()] * len(names))  # whole rows alike: its whole grad
+            return _CountedOnce.apply(NORM_FORMS[self.norm_form](out_RD, weight_D, self.norm_eps), first)
+        # EP: each rank's own experts' rows, whole; the norm weight's gradient summed over the ranks' tokens. A
+        # control's partial sums: w2 row-wise (torchtitan's layout), the norm on each rank's share, its weight's too
+        split = {n for n, p in placements.items() if p.is_shard()}
         weight_D = weight_D.to_local(grad_placements=[Partial() if n in split else Replicate() for n in names])
-        within = [isinstance(p, Shard) and p.dim > 0 for p in w2_EDF.placements]  # TP: split on the hidden width
-        if not any(within) or not self.reduce_partial_sums:  # EP: whole rows (or a control's partial sums)
-            return NORM_FORMS[self.norm_form](super().forward(x_RD, num_tokens_per_expert_E), weight_D, self.norm_eps)
-        grad = [Partial() if w else Replicate() for w in within]  # the first rank's gradient, zero on the others
-        kept = {n: w for n, w in self._parameters.items() if n != "post_norm_D"}
-        self._parameters.update(
-            {
-                n: w.redistribute(placements=[Replicate()] * len(within)).to_local(grad_placements=grad)
-                for n, w in kept.items()
-            }
-        )
+        if tp:
+            self._parameters["w2_EDF"] = w2_EDF.redistribute(
+                placements=[Shard(2) if p == Shard(1) else p for p in placements.values()]
+            )
         try:
             out_RD = super().forward(x_RD, num_tokens_per_expert_E)
         finally:
-            self._parameters.update(kept)
-        y_RD = NORM_FORMS[self.norm_form](out_RD, weight_D, self.norm_eps)
-        return y_RD if _split_within_experts(w2_EDF) else y_RD * 0  # counted once: the first rank's
+            self._parameters["w2_EDF"] = w2_EDF
+        return NORM_FORMS[self.norm_form](out_RD, weight_D, self.norm_eps)
+
+    def _grouped_mm(self, *, A: torch.Tensor, B_t: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        """torchtitan's seam for the three grouped matmuls. Under TP the down projection (its A the activation on the
+        rank's F columns, its B_t w2's shard, all of F by the rank's D columns) runs split (`_SplitDownProjection`)."""
+        mesh = self._down_mesh
+        if mesh is None or A.shape[-1] == B_t.shape[-2] or self.tp_control == "activation_local":
+            return super()._grouped_mm(A=A, B_t=B_t, offs=offs)  # one process, EP, w1/w3, or a control's mismatch
+        own = self.tp_control == "activation_grad_own"
+        return _SplitDownProjection.apply(A, B_t, offs, mesh, super()._grouped_mm, own)
 
 
 class ExpertProjectionsMoE(MoE):
@@ -776,16 +859,37 @@ class ExpertProjectionsMoE(MoE):
         return F.linear(out_BLP, self.out_proj_DP)
 
 
-def expert_projections_sharding(cfg) -> None:
-    """Add the prototype's tensors to a `MoE.Config` that `set_moe_sharding_config` has filled. The experts' post norm
-    weight takes the experts' weights' mesh axes, replicated on each (one weight shared by all experts, so no expert
-    dim to split on under EP, and the norm reads whole rows under TP): `PostNormGroupedExperts` sums its gradient over
-    the axes that split the experts. The projections and the input norm's weight are replicated on TP, as torchtitan
-    places its router gate and every norm weight: the input norm reads whole rows of the experts' width, which the
-    routed experts then take whole (a Replicate input under TP), and out_proj reads the combined rows whole."""
+@dataclass(kw_only=True, slots=True)
+class ExpertProjectionsConfig(MoE.Config):
+    "The config tree of a built `ExpertProjectionsMoE` that torchtitan's sharding is set on: with whether its experts norm their rows."
+
+    experts_post_norm: bool
+
+
+def expert_projections_parallel_config(titan: MoE, probe: MoEProbe) -> ExpertProjectionsConfig:
+    "The config tree of the built `titan` (the sharding reads whether its experts are `PostNormGroupedExperts`)."
+    cfg = titan_moe_config(probe, check=False)
+    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    post_norm = isinstance(titan.routed_experts.inner_experts, PostNormGroupedExperts)
+    return ExpertProjectionsConfig(**fields, experts_post_norm=post_norm)
+
+
+def expert_projections_sharding(cfg: ExpertProjectionsConfig) -> None:
+    """Add the prototype's tensors to a `MoE.Config` that `set_moe_sharding_config` has filled. Experts with a post
+    norm split exactly under TP (EP off): w2 on its output dim D (`Shard(1)`) beside torchtitan's w1 and w3 on the
+    intermediate dim, so each rank computes whole columns and `PostNormGroupedExperts` gathers between. The post
+    norm's weight takes the experts' weights' mesh axes, replicated on each (one weight shared by all experts, so no
+    expert dim to split on under EP, and the norm reads whole rows under TP). The projections and the input norm's
+    weight are replicated on TP, as torchtitan places its router gate and every norm weight: the input norm reads
+    whole rows of the experts' width, which the routed experts then take whole (a Replicate input under TP), and
+    out_proj reads the combined rows whole."""
     inner = cfg.routed_experts.inner_experts.sharding_config
-    whole = SpmdLayout({axis: spmd.R for axis in inner.state_shardings["w1_EFD"].axes()})
-    inner.state_shardings = inner.state_shardings | {"post_norm_D": whole}
+    if cfg.experts_post_norm:
+        layouts = inner.state_shardings
+        whole = {"post_norm_D": SpmdLayout({axis: spmd.R for axis in layouts["w1_EFD"].axes()})}
+        if MeshAxisName.TP in layouts["w2_EDF"].axes():  # dense experts (EP off): TP within each expert
+            whole["w2_EDF"] = SpmdLayout(layouts["w2_EDF"].axis_types | {MeshAxisName.TP: spmd.S(1)})
+        inner.state_shardings = layouts | whole
     replicated = dense_param_placement(tp=spmd.R)
     cfg.sharding_config.state_shardings |= {n: replicated for n in ("in_proj_PD", "in_norm_P", "out_proj_DP")}
 

@@ -654,14 +654,17 @@ def negative_plans(
                 "parity check",
             )
         )
-    if any(getattr(m, "reduce_partial_sums", False) for m in (model.modules() if model is not None else ())):
-        # experts whose own norm reads whole rows (muse_spark's post norm): run on each TP rank's partial sums
+    # experts whose own TP layout has wrong forms a control runs (muse_spark's post norm experts: `TP_CONTROLS`)
+    controls = next(
+        (m.TP_CONTROLS for m in (model.modules() if model is not None else ()) if hasattr(m, "TP_CONTROLS")), {}
+    )
+    for control, (label, catcher) in controls.items():
         out.append(
             (
-                "wrong reduction: the experts' post norm on each rank's partial sums, not on whole rows",
-                plan.replaced("*.routed_experts.inner_experts", S("titan_moe", role="experts", unreduced=True)),
+                label,
+                plan.replaced("*.routed_experts.inner_experts", S("titan_moe", role="experts", control=control)),
                 True,
-                "parity check",
+                catcher,
             )
         )
     patterns = {e.pattern for e in plan.entries}

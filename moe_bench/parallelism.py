@@ -64,8 +64,14 @@ def launch_worker(
 
 
 def _summary(c: dict) -> dict:
-    "A configuration's headline: world size, mesh, status, losses, max gradient difference, wall time, error."
+    """A configuration's headline: world size, mesh, status, losses, max gradient difference, wall time, error; under
+    TP, each Titan MoE tensor its sharding keeps whole with why (`moe_kept_whole`), by its module path."""
     steps = c.get("steps") or []
+    whole = {
+        f"{moe}.{path}": why
+        for moe, run in (c.get("model_parallel") or {}).items()
+        for path, why in (run.get("whole") or {}).items()
+    }
     return dict(
         name=c["name"],
         world_size=c["world_size"],
@@ -80,6 +86,7 @@ def _summary(c: dict) -> dict:
         root_cause=c.get("root_cause"),
         note=c.get("note"),
         steps=steps,
+        **({"kept_whole": whole} if whole else {}),
     )
 
 

@@ -34,6 +34,7 @@ from torch.distributed.tensor.parallel import (
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 from torchtitan.distributed.fsdp import disable_fsdp_gradient_division
+from torchtitan.distributed.parallel_dims import MeshAxisName
 from torchtitan.distributed.tensor_parallel import NoParallel
 from torchtitan.models.common.decoder_sharding import (
     dense_activation_placement,
@@ -60,11 +61,11 @@ __all__ = ['STATE_KINDS', 'BOUNDARY_KINDS', 'GQA', 'MLA_A', 'MLA_B', 'OUT_PROJ',
            'HEAD_WIDTHS', 'CCA', 'CCA_PROJECTIONS', 'SHARED_KV', 'SHARED_KV_WHY', 'DECODER_VECTORS_WHY',
            'ROUTER_PART_WHY', 'INDEXER', 'INDEX_HEAD_COUNTS', 'INDEX_KEY_STATE', 'COMPRESSED_INDEXER', 'INDEX_KEY_WHY',
            'QSA', 'QSA_SIZES', 'MAMBA1', 'MAMBA2_SIZES', 'PROBE_TOKENS', 'LOCAL_TOKEN_OPS', 'MOA', 'MOA_EXPERTS',
-           'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'LOCAL_MAP_ATTENTION', 'Spec', 'S', 'Entry',
-           'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel', 'parallel_style',
-           'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion', 'GatheredInputs',
-           'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'RankConfig',
-           'apply_model_parallel', 'apply_fsdp']
+           'MOA_WIDTHS', 'HF_KIND_AGREES', 'STYLES', 'REPLICATED_WHY', 'MOE_WHOLE_WHY', 'LOCAL_MAP_ATTENTION', 'Spec',
+           'S', 'Entry', 'Plan', 'PlanError', 'decoder_extras', 'model_plan', 'check_plan', 'EmbeddingParallel',
+           'parallel_style', 'RowwiseReplicated', 'GatherHiddenStates', 'PartialSumRegion', 'ChannelRegion',
+           'GatheredInputs', 'register_local_map_attention', 'shared_gate_sharding', 'all_to_all_form', 'RankConfig',
+           'moe_sharding_config', 'moe_kept_whole', 'apply_model_parallel', 'apply_fsdp']
 
 # %% ../nbs/04b_sharding.ipynb #c4ebcc09
 STATE_KINDS = (
@@ -1711,6 +1712,35 @@ REPLICATED_WHY = {  # spec key (kind, or "replicate:<mode>") -> why no sharding 
     "weight applied, the output split again",
 }
 
+# a torchtitan MoE's tensor that its TP sharding (EP off) keeps whole on every rank, by its path in the MoE (fnmatch
+# patterns, the first that matches) -> why; `moe_kept_whole` refuses one without a reason
+MOE_WHOLE_WHY = {
+    "*router.gate.*": "torchtitan's router gate (Replicate on TP): each token's scores read its whole row, and the "
+    "top-k every expert's score",
+    "*expert_bias_E": "the router's per-expert load-balancing bias: the top-k reads every expert's",
+    "*tokens_per_expert_E": "a buffer counting each expert's tokens: every TP rank routes the same tokens",
+    "shared_experts.gate.*": "a shared expert's sigmoid gate, one scalar per token from its whole row (torchtitan's "
+    "Qwen3.5 layout)",
+    "router.global_scale": "the router's one global scale beside its gate weight (inkling_text), whole as the gate",
+    "router.tid2eid_VK": "the hash router's token id -> experts table: a lookup every rank makes for the same tokens",
+    "router.scale_D": "the router's per-channel input scale (gemma4): routing reads each token's whole row",
+    "router.per_expert_scale_E": "the router's per-expert score scale (gemma4): the top-k weights every expert's",
+    "state_scale_R": "zaya's scale of the router state carried from the previous layer: the router reads whole rows",
+    "routed_experts.inner_experts.post_norm_D": "the experts' post norm (muse_spark), one weight every expert "
+    "shares, on whole rows (under TP gathered over the output dim, computed exactly): its gradient the same on every "
+    "rank",
+    "routed_experts.inner_experts.mlp2_bias_ED": "gpt-oss's down-projection bias (torchtitan's layout): added to each "
+    "rank's row-wise partial sum scaled by 1/TP, so the reduced output holds it once",
+    "in_proj_PD": "the projection into the experts' width (muse_spark) on the MoE's input, which torchtitan's TP "
+    "gathers whole for its router: computed whole on every rank, as the router gate, for the input norm that reads "
+    "whole rows",
+    "*_norm_[DP]": "a norm on the MoE's input or output rows, or on the experts' width: it reads each token's whole "
+    "row (torchtitan places every norm weight Replicate)",
+    "out_proj_DP": "the projection back from the experts' width (muse_spark) on the combined rows in their sequence "
+    "shards: weights whole, computation split on the tokens, gradient summed (a norm's layout under SP)",
+    "output_bias": "the MoE's output bias (jetmoe), added once to the reduced output",
+}
+
 # %% ../nbs/04b_sharding.ipynb #1bd0e9b2
 LOCAL_MAP_ATTENTION = "moe_bench_tp_local_map_sdpa"
 
@@ -1829,6 +1859,33 @@ def _rank_config(module: nn.Module, attrs: tuple[str, ...], size: int) -> RankCo
     return RankConfig(module.config, {a: v // size for a, v in counts.items()})
 
 
+def moe_sharding_config(moe: MoE, probe, expression, ep: bool, tp: bool):
+    "The config tree of a swapped Titan MoE with its sharding configs: torchtitan's, a shared gate's, the expression's own."
+    cfg = expression.parallel_config(moe, probe) if expression.parallel_config else expression.config(probe)
+    set_moe_sharding_config(cfg, enable_ep=ep, enable_sp=tp, expert_param_layout=expression.expert_param_layout)
+    shared_gate_sharding(cfg.shared_experts)
+    expression.sharding(cfg)  # a prototype's own tensors get their TP layout too
+    return cfg
+
+
+def moe_kept_whole(moe: MoE, cfg) -> dict[str, str]:
+    """Each tensor of a Titan MoE that its TP sharding (EP off) keeps whole on every rank, by its path in the MoE, with
+    why (`MOE_WHOLE_WHY`); one without a reason is refused."""
+    out = {}
+    for suffix, mod, sub in _titan_config_tree(moe, cfg):
+        for tensor, layout in (sub.sharding_config.state_shardings if sub.sharding_config else {}).items():
+            path = f"{suffix}.{tensor}" if suffix else tensor
+            if layout.axis_types.get(MeshAxisName.TP) != spmd.R or not isinstance(
+                getattr(mod, tensor, None), torch.Tensor
+            ):
+                continue
+            why = next((w for pattern, w in MOE_WHOLE_WHY.items() if fnmatch.fnmatchcase(path, pattern)), None)
+            if why is None:
+                raise PlanError(f"{path}: kept whole on the TP axis with no reason (MOE_WHOLE_WHY)")
+            out[path] = why
+    return out
+
+
 def apply_model_parallel(
     model: nn.Module,
     plan: Plan,
@@ -1868,18 +1925,15 @@ def apply_model_parallel(
             model.lm_head.weight = embeddings(model).weight
     moe_names = {n: m for n, m in modules.items() if isinstance(m, MoE) and _outermost_moe(n, modules)}
     for (mname, moe), (probe, expression) in zip(moe_names.items(), swapped.values(), strict=True):
-        cfg = expression.parallel_config(moe, probe) if expression.parallel_config else expression.config(probe)
-        set_moe_sharding_config(cfg, enable_ep=ep, enable_sp=tp, expert_param_layout=expression.expert_param_layout)
-        shared_gate_sharding(cfg.shared_experts)
-        expression.sharding(cfg)  # a prototype's own tensors get their TP layout too
+        cfg = moe_sharding_config(moe, probe, expression, ep, tp)
         for suffix, mod, sub in _titan_config_tree(moe, cfg):
             spec = resolved.get(f"{mname}.{suffix}" if suffix else mname)
             if spec is not None and spec.kind != "titan_moe":  # the plan gives this part another layout (a control's)
                 continue
             if sub.sharding_config is not None:
                 mod._sharding_config = sub.sharding_config
-            if spec is not None and spec.opt("unreduced"):  # a control's: the module's TP partial sums left unreduced
-                mod.reduce_partial_sums = False
+            if spec is not None and spec.opt("control"):  # a control's wrong layout, which the module's forward reads
+                mod.tp_control = spec.opt("control")
             if (
                 _has_own_state(mod) and sub.sharding_config is None and tp
             ):  # without TP such a module is simply replicated
@@ -1897,6 +1951,8 @@ def apply_model_parallel(
         if tp or ep:
             moe.parallelize(parallel_dims)
         summary["titan"][mname] = dict(ep=ep, tp=tp, dispatcher=type(moe.routed_experts.token_dispatcher).__name__)
+        if tp and not ep:  # the tensors its TP layout keeps whole, with why (under EP the tokens are split instead)
+            summary["titan"][mname]["whole"] = moe_kept_whole(moe, cfg)
     return summary
 
 # %% ../nbs/04b_sharding.ipynb #4c355b47

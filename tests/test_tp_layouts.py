@@ -37,8 +37,11 @@ what must catch it. What the rows cover:
   conv `blockwise` on them; caught when each rank convolves its own tokens with no halo).
 - `titan_moe` nested or extended: ernie4_5_vl_moe's modality MoE, a second torchtitan MoE inside the first, on a
   mixed modality mask (caught when its experts are left whole); muse_spark's experts with their own post norm
-  (`PostNormGroupedExperts`: whole rows from the gathered weights before the norm, counted once; caught when the norm
-  runs on each rank's partial sums), beside the embedding's reduce-scatter before its `embed_norm`.
+  (`PostNormGroupedExperts`, split exactly: w1/w3 on the intermediate dim, the activation gathered, w2 on its output
+  dim, the rows gathered, the norm on whole rows, counted once; the backward with no sum across ranks either: the
+  activation's gradient from w2 moved to its F split; caught when the norm runs on each rank's partial sums of
+  torchtitan's row-wise w2, when the activation's gradient comes from each rank's own w2 columns alone, and at run
+  time when the activation is not gathered), beside the embedding's reduce-scatter before its `embed_norm`.
 - `replicate`: zaya's router MLP as torchtitan's router gate (caught by the setup check as plain tensors).
 - a shared-KV attention (deepseek_v4's): its one kv head whole on every rank, computed for the rank's heads
   (`replicate(mode=local_rows)`; caught when `kv_norm` is a plain replicated tensor, each rank keeping its heads'
@@ -129,6 +132,14 @@ CASES = [
         "wrong reduction: the experts' post norm on each rank's partial sums",
         "parity check",
     ),
+    (
+        "muse_spark",
+        "titan_moe",
+        "inner_experts",
+        "wrong reduction: the experts' activation gradient from each rank's own w2 columns alone",
+        "parity check",
+    ),
+    ("muse_spark", "titan_moe", "inner_experts", "wrong layout: the experts' activation left on", "runtime error"),
     ("zaya", "blockwise", "conv_qk_depthwise", "wrong layout: conv_qk_depthwise contiguously Shard(0)", "parity check"),
     ("zaya", "blockwise", "v_proj_delayed", "wrong layout: v_proj_current and v_proj_delayed each", "parity check"),
     (

@@ -1515,9 +1515,11 @@ class _DTensorRegion:
             plain = isinstance(t, torch.Tensor) and not isinstance(t, DTensor)
             return DTensor.from_local(t, mesh, [placement or Replicate()], run_check=False) if plain else t
 
+        signature = inspect.signature(module.forward)  # its own, not the wrapper's below
+
         def inputs(mod, args, kwargs):
             if self.sharded and not self.local:  # by name, passed by position or by keyword
-                bound = inspect.signature(mod.forward).bind(*args, **kwargs).arguments
+                bound = signature.bind(*args, **kwargs).arguments
                 return (), {
                     n: lift(v, Shard(self.sharded[n])) if n in self.sharded else tree_map(lift, v)
                     for n, v in bound.items()

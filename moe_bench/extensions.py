@@ -42,8 +42,8 @@ from .replacement import SWIGLU_ALPHA, load_titan_state_, titan_moe_config
 
 # %% auto #0
 __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'SPARSEMIXER_CORE_CHANGE',
-           'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'SOFTCAPPED_GLU_CORE_CHANGE', 'OUTPUT_NORM_CORE_CHANGE',
-           'NORM_FORMS', 'EXPERT_PROJECTIONS_CORE_CHANGE', 'LOGIT_MULTIPLIER_CORE_CHANGE',
+           'ROUTER_NOISE_CORE_CHANGE', 'CLAMPED_GLU_CORE_CHANGE', 'CLAMPED_GLUS', 'SOFTCAPPED_GLU_CORE_CHANGE',
+           'OUTPUT_NORM_CORE_CHANGE', 'NORM_FORMS', 'EXPERT_PROJECTIONS_CORE_CHANGE', 'LOGIT_MULTIPLIER_CORE_CHANGE',
            'SCORE_BEFORE_EXPERTS_CORE_CHANGE', 'IDENTITY_EXPERTS_CORE_CHANGE', 'IDENTITY_ROWS',
            'PER_MODALITY_CORE_CHANGE', 'ROUTER_WEIGHTED_SHARED_CORE_CHANGE', 'ROUTER_MLP_CORE_CHANGE',
            'SKIP_CLASS_CORE_CHANGE', 'ROUTER_STATE_CORE_CHANGE', 'PADDED_EXPERTS_CORE_CHANGE', 'NON_GATED_CORE_CHANGE',
@@ -52,22 +52,22 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
            'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
            'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter',
-           'ClampedGlu', 'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts',
-           'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE',
-           'output_norm_sharding', 'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts',
-           'ExpertProjectionsMoE', 'ExpertProjectionsConfig', 'expert_projections_parallel_config',
-           'expert_projections_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
-           'IdentityTailGroupedExperts', 'IdentityTailDispatcher', 'IdentityRowsMetadata', 'IdentityTailAllToAll',
-           'routed_output', 'PerModalityMoE', 'mixed_modality_mask', 'PerModalityConfig', 'per_modality_config',
-           'per_modality_sharding', 'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher',
-           'WeightDtypeCombineAllToAll', 'router_weighted_shared_sharding', 'RouterWeightedSharedMoE',
-           'router_mlp_form', 'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock', 'router_state_sharding',
-           'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
-           'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter',
-           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
-           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
-           'swap_layer_moe', 'layer_moe_sharding', 'token_table_ids', 'HashRouter', 'HashRoutedMoE',
-           'hash_router_sharding']
+           'TokenNoise', 'TokenDraws', 'HeunMultiplier', 'heun_estimate', 'ClampedGlu', 'plain_silu', 'clamped_glu_of',
+           'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'SoftcappedGlu',
+           'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE', 'output_norm_sharding', 'logit_multiplier_of',
+           'LogitMultiplierRouter', 'PostNormGroupedExperts', 'ExpertProjectionsMoE', 'ExpertProjectionsConfig',
+           'expert_projections_parallel_config', 'expert_projections_sharding', 'ScoreBeforeExpertsRouter',
+           'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'IdentityTailDispatcher',
+           'IdentityRowsMetadata', 'IdentityTailAllToAll', 'routed_output', 'PerModalityMoE', 'mixed_modality_mask',
+           'PerModalityConfig', 'per_modality_config', 'per_modality_sharding', 'SharedScoringRouter',
+           'GammaSharedExperts', 'WeightDtypeCombineDispatcher', 'WeightDtypeCombineAllToAll',
+           'router_weighted_shared_sharding', 'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter',
+           'RouterStateMoE', 'RouterStateBlock', 'router_state_sharding', 'padded_width', 'pad_experts_',
+           'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter',
+           'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts',
+           'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
+           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding', 'token_table_ids',
+           'HashRouter', 'HashRoutedMoE', 'hash_router_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -348,22 +348,39 @@ class ScoreFuncRouter(TokenChoiceTopKRouter):
             topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
         return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
 
-# %% ../nbs/00e_extensions.ipynb #156d0ba9
+# %% ../nbs/00e_extensions.ipynb #03008eca
 SPARSEMIXER_CORE_CHANGE = (
     "sparsemixer_routing: a sparsemixer routing option in TokenChoiceTopKRouter (top-2 by masked softmax, each pick "
-    "normalised over the logits within 2*jitter_eps of it)"
+    "normalised over the logits within 2*jitter_eps of it; in training each pick Gumbel-sampled among those, its "
+    "weight trained through Heun's third-order estimator)"
 )
 
 
-def sparsemixer_topk(logits_TE: torch.Tensor, jitter_eps: float, top_k: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
-    "SparseMixer's eval-mode routing as HF's `sparsemixer` computes it, pick by pick: (weights_TK, ids_TK)."
+def sparsemixer_topk(
+    logits_TE: torch.Tensor,
+    jitter_eps: float,
+    top_k: int = 2,
+    draws: TokenDraws | None = None,  # training: the noise each pick samples with (None: eval mode, the largest)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    "SparseMixer's routing as HF's `sparsemixer` computes it, pick by pick: (weights_TK, ids_TK)."
     weights, ids, masked_TE = [], [], logits_TE
-    for _ in range(top_k):
-        top_T1, id_T1 = masked_TE.max(dim=-1, keepdim=True)  # the largest logit not picked yet
-        factor_TE = logits_TE.abs().clamp(min=top_T1)
-        far_TE = ((top_T1 - logits_TE) / factor_TE) > (2 * jitter_eps)  # relative gap to the pick beyond 2 * eps
-        gates_TE = torch.softmax(masked_TE.masked_fill(far_TE, float("-inf")), dim=-1)
-        weights.append(gates_TE.gather(dim=-1, index=id_T1))
+    for k in range(top_k):
+        with torch.no_grad():
+            top_T1, id_T1 = masked_TE.max(dim=-1, keepdim=True)  # the largest logit not picked yet
+            factor_TE = logits_TE.abs().clamp(min=top_T1)
+            far_TE = ((top_T1 - logits_TE) / factor_TE) > (2 * jitter_eps)  # relative gap to the pick beyond 2 * eps
+        near_TE = masked_TE.masked_fill(far_TE, float("-inf"))
+        if draws is not None:  # Gumbel sampling among the near logits
+            id_T1 = (near_TE - draws.exponential(logits_TE.shape[-1]).log()).max(dim=-1)[1].unsqueeze(-1)
+        gates_TE = torch.softmax(near_TE, dim=-1)
+        weight_T1 = gates_TE.gather(dim=-1, index=id_T1)
+        if draws is not None:  # Heun's midpoint: the weight whole where the pick is the largest gate or by a 1/4
+            # chance, a third otherwise; HF draws the second pick's chance twice (`rand_like(...).uniform_()`)
+            chance_T1 = draws.uniform(1) if k == 0 else (draws.uniform(1), draws.uniform(1))[1]
+            midpoint_T1 = torch.logical_or(id_T1 == gates_TE.max(dim=-1, keepdim=True)[1], chance_T1 > 0.75)
+            midpoint_T1 = torch.add(0.3333, midpoint_T1, alpha=0.6667).type_as(gates_TE)
+            weight_T1 = HeunMultiplier.apply(logits_TE, weight_T1, id_T1, gates_TE, midpoint_T1)
+        weights.append(weight_T1)
         ids.append(id_T1)
         masked_TE = torch.scatter(masked_TE, -1, id_T1, float("-inf"))  # the pick leaves the next pick's logits
     return torch.cat(weights, dim=-1), torch.cat(ids, dim=-1)
@@ -405,26 +422,127 @@ def sparsemixer_eps_of(router: nn.Module, top_k: int) -> float | None:
 
 
 class SparseMixerRouter(TokenChoiceTopKRouter):
-    "Prototype of the core change: `TokenChoiceTopKRouter` routing by SparseMixer's eval-mode rule (`sparsemixer_topk`)."
+    "Prototype of the core change: `TokenChoiceTopKRouter` routing by SparseMixer's rule (`sparsemixer_topk`)."
 
     jitter_eps: float  # HF's `router_jitter_noise`, set on the instance by the expression that builds it
-    deterministic_in_training: bool = False  # phase 4's stand-in: the eval-mode rule in training too (it says so)
+    input_jitter_eps: float = 0.0  # HF's `input_jitter_noise`: in training HF scales the input by uniform noise
+    noise: TokenNoise | None = None  # where training draws its noise: set by whoever trains it (phase 4's worker)
 
     def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
-        if self.training and not self.deterministic_in_training:  # HF samples its picks there (Gumbel noise) and
-            raise NotImplementedError(  # trains through Heun's estimator
-                "SparseMixerRouter prototypes SparseMixer's eval-mode routing only: its training mode (Gumbel-sampled "
-                "picks, Heun's third-order multiplier backward, input jitter) is out of scope"
-            )
         if expert_bias_E is not None or self.num_expert_groups is not None:
             raise NotImplementedError("SparseMixer routing takes no expert bias and no group-limited choice")
+        if self.training and (self.noise is None or self.input_jitter_eps):
+            raise NotImplementedError(  # HF's draws from the global random stream: no noise of our own, no training
+                "SparseMixerRouter's training mode samples with noise from its `noise` source (a TokenNoise), none set"
+                if self.noise is None
+                else "SparseMixerRouter's training mode has no input jitter (HF's `input_jitter_noise` > 0)"
+            )
         with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
             logits_BLE = self.gate(x_BLD)
         logits_BLE = logits_BLE.float()
-        topk_scores_BLK, topk_expert_ids_BLK = sparsemixer_topk(logits_BLE, self.jitter_eps, self.top_k)  # the change
+        draws = self.noise.draws(logits_BLE) if self.training else None
+        topk_scores_BLK, topk_expert_ids_BLK = sparsemixer_topk(logits_BLE, self.jitter_eps, self.top_k, draws)
         if self.route_norm:
             topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
         return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, logits_BLE  # its scores are the logits
+
+# %% ../nbs/00e_extensions.ipynb #d07cb3fe
+ROUTER_NOISE_CORE_CHANGE = (
+    "router_noise_keyed_to_tokens: a router's training noise a function of (seed, step, layer, the token's place in "
+    "the global batch), drawn for the whole batch from one seeded generator, each rank taking its own tokens' rows"
+)
+
+
+@dataclass(kw_only=True)
+class TokenNoise:
+    "Prototype of the core change: a router's training noise keyed to (seed, step, layer, the token's global position)."
+
+    seed: int = 0
+    layer: int = 0
+    step: int = 0
+    tokens: torch.Tensor | None = None  # (B, L) global positions of the tokens this process routes, its batch rows
+    # whole (a sequence shard is the DTensor's to take); None: the routed tensor's tokens are the global batch
+    num_tokens: int | None = None  # the global batch's token count (None: the routed tensor's own)
+    follow_tokens: bool = True  # False (a negative control's): each process takes the draw's first rows, not its own
+
+    def key(self) -> int:
+        "The generator seed of one routing call: the same on every process, different for every step and layer."
+        return (self.seed * 1_000_003 + self.step) * 1_000_003 + self.layer
+
+    def draws(self, like_BLE: torch.Tensor) -> TokenDraws:
+        "A fresh stream of draws for one routing call on `like_BLE` (the logits: a tensor or a DTensor)."
+        local = like_BLE.to_local() if isinstance(like_BLE, DTensor) else like_BLE
+        return TokenDraws(self, like_BLE, torch.Generator(device=local.device).manual_seed(self.key()))
+
+
+class TokenDraws(NamedTuple):
+    "One routing call's draws in HF's order and shapes, (T, C) over the global batch; then this process's tokens' rows."
+
+    noise: TokenNoise
+    like_BLE: torch.Tensor  # a DTensor's shape is global: the batch rows this data-parallel rank holds, whole
+    gen: torch.Generator
+
+    def _draw(self, cols: int, fill: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        like = self.like_BLE
+        local = like.to_local() if isinstance(like, DTensor) else like
+        num_rows, seq_len = like.shape[:2]
+        full_TC = fill(
+            torch.empty(self.noise.num_tokens or num_rows * seq_len, cols, dtype=local.dtype, device=local.device)
+        )
+        if not self.noise.follow_tokens:  # the control: the first rows of the draw, whatever tokens this process holds
+            mine = full_TC[: local.shape[:-1].numel()].view(*local.shape[:-1], cols)
+            return DTensor.from_local(mine, like.device_mesh, like.placements) if isinstance(like, DTensor) else mine
+        tokens = self.noise.tokens
+        mine = full_TC.view(num_rows, seq_len, cols) if tokens is None else full_TC[tokens.to(local.device)]
+        if not isinstance(like, DTensor):
+            return mine
+        whole = DTensor.from_local(mine, like.device_mesh, [Replicate()] * like.device_mesh.ndim)
+        return whole.redistribute(like.device_mesh, like.placements)  # a sequence shard: the rank's slice, no traffic
+
+    def exponential(self, cols: int) -> torch.Tensor:
+        "HF's `empty_like(...).exponential_()`: (B, L, cols)."
+        return self._draw(cols, lambda t: t.exponential_(generator=self.gen))
+
+    def uniform(self, cols: int) -> torch.Tensor:
+        "HF's `rand_like(...)` (and `uniform_()`): (B, L, cols)."
+        return self._draw(cols, lambda t: t.uniform_(generator=self.gen))
+
+
+class HeunMultiplier(torch.autograd.Function):
+    "A pick's weight times its midpoint mask; backward Heun's estimator on the logits, as HF's `PhimoeMultiplier`."
+
+    @staticmethod
+    def forward(ctx, logits_TE, weight_T1, id_T1, gates_TE, midpoint_T1):
+        ctx.save_for_backward(weight_T1, id_T1, gates_TE)
+        return weight_T1 * midpoint_T1
+
+    @staticmethod
+    def backward(ctx, grad_T1):
+        weight_T1, id_T1, gates_TE = ctx.saved_tensors
+        if not isinstance(grad_T1, DTensor):
+            return heun_estimate(grad_T1, weight_T1, id_T1, gates_TE), None, None, None, None
+        # under TP the gradient arrives as the experts' Partial shares (torchtitan's router takes a Partial output
+        # gradient); the estimator is linear in it, so each rank runs it on its own share and rows, the result a share
+        # too. Each placement must be the saved tensors' own (a Partial one theirs Replicate): no rows to align.
+        saved = (weight_T1, id_T1, gates_TE)
+        if any(
+            p != q and not (p.is_partial() and q.is_replicate())
+            for t in saved
+            for p, q in zip(grad_T1.placements, t.placements, strict=True)
+        ):
+            raise NotImplementedError(
+                f"Heun's estimator on a {grad_T1.placements} gradient of {weight_T1.placements} picks"
+            )
+        grad_TE = heun_estimate(grad_T1.to_local(), *(t.to_local() for t in saved))
+        return DTensor.from_local(grad_TE, grad_T1.device_mesh, grad_T1.placements), None, None, None, None
+
+
+def heun_estimate(grad_T1, weight_T1, id_T1, gates_TE) -> torch.Tensor:
+    "Heun's third-order estimate of the routing gradient on the logits (HF's `PhimoeMultiplier.backward`, op for op)."
+    grad_T1 = grad_T1 * weight_T1
+    grad_TE = gates_TE * grad_T1.mul(-1)  # every near logit: minus its gate's share
+    grad_TE.scatter_add_(dim=-1, index=id_T1, src=grad_T1)  # the pick's logit: plus the weighted gradient
+    return grad_TE
 
 # %% ../nbs/00e_extensions.ipynb #c1a9e0d2
 CLAMPED_GLU_CORE_CHANGE = (

@@ -27,6 +27,7 @@ from torchtitan.models.common.moe import MoE
 from . import cpu_compat
 from .core import randomize_
 from .expression import Expressed, Expression, seed_token_tables_, swap_titan_moe
+from .extensions import TokenNoise
 from .hf import build_model, config_with, decoder_layers, embeddings, moe_attr_name, moe_block, real_config
 from moe_bench.sharding import (
     GATES,
@@ -47,9 +48,10 @@ from .synth import synthetic_config, synthetic_overrides
 # %% auto #0
 __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'SEQUENCE_RATES', 'SEQUENCE_ENTRIES', 'SEQUENCE_TOPK', 'LAYER_KIND_FIELDS',
            'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'layers_for_every_kind', 'sequence_fits',
-           'parallel_test_config', 'parallel_test_model', 'swapped_moes', 'training_stand_ins', 'tp_degree',
-           'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps', 'reference_steps', 'grad_diff',
-           'compare_steps', 'parity_error', 'rounding_floor', 'run_config', 'negative_plans', 'model_results', 'worker']
+           'parallel_test_config', 'parallel_test_model', 'swapped_moes', 'key_token_noise', 'token_noises',
+           'tp_degree', 'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps', 'reference_steps',
+           'grad_diff', 'compare_steps', 'parity_error', 'rounding_floor', 'run_config', 'negative_plans',
+           'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
 SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1  # the batch phase 4 trains on: the model's sequence fields fit SEQ
@@ -126,13 +128,20 @@ def swapped_moes(model: torch.nn.Module, swapped: dict[int, Expressed]) -> list[
     return [(next(m for m in layers[i].modules() if isinstance(m, MoE)), e.expression) for i, e in swapped.items()]
 
 
-def training_stand_ins(model: torch.nn.Module, swapped: dict[int, Expressed]) -> list[str]:
-    "Switch each swapped MoE layer whose expression has a `training_stand_in` to it; what each said, once per expression."
-    said = {}
-    for moe, expression in swapped_moes(model, swapped):
-        if expression.training_stand_in is not None:
-            said.setdefault(expression.name, expression.training_stand_in(moe))
-    return [f"{name}: {why}" for name, why in said.items()]
+def key_token_noise(model: torch.nn.Module, swapped: dict[int, Expressed], seed: int) -> list[str]:
+    "Give every module with a `noise` slot in the swapped MoE layers a `TokenNoise` keyed to (seed, its layer); their names."
+    keyed = []
+    for layer, (moe, _) in zip(swapped, swapped_moes(model, swapped), strict=True):
+        for name, module in moe.named_modules():
+            if hasattr(module, "noise"):  # a module that samples in training (SparseMixer's router)
+                module.noise = TokenNoise(seed=seed, layer=layer)
+                keyed.append(f"layer {layer}: {name}")
+    return keyed
+
+
+def token_noises(model: torch.nn.Module) -> list[TokenNoise]:
+    "Every noise source the model's modules draw from in training."
+    return [m.noise for m in model.modules() if isinstance(getattr(m, "noise", None), TokenNoise)]
 
 # %% ../nbs/04c_worker.ipynb #964d22b3
 RTOL, ATOL, RTOL_LOSS = 1e-5, 1e-8, 2e-6
@@ -215,7 +224,9 @@ def train_steps(model, ids, labels, n_global_tokens: int, loss_group=None, input
     opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)
     model.train()
     out = []
-    for _ in range(STEPS):
+    for s in range(STEPS):
+        for noise in token_noises(model):  # a sampling router's noise: this step's
+            noise.step = s
         weights = {n: _full(p) for n, p in model.named_parameters()}
         loss = _loss(model, ids, labels, n_global_tokens, inputs)
         loss.backward()
@@ -234,7 +245,9 @@ def reference_steps(base, par: list[dict], ids, labels, inputs: dict | None = No
     "One process, each step started from the weights the parallel run started that step with: the loss and every gradient."
     model = copy.deepcopy(base).train()
     params, out = dict(model.named_parameters()), []
-    for p in par:
+    for s, p in enumerate(par):
+        for noise in token_noises(model):
+            noise.step = s
         with torch.no_grad():
             for n, w in p["weights"].items():
                 params[n].copy_(w)
@@ -386,6 +399,9 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
             rows = slice(BATCH // bm.size() * bm.get_local_rank(), BATCH // bm.size() * (bm.get_local_rank() + 1))
             local = (ids[rows], labels[rows], {k: v[rows] for k, v in inputs.items()})  # a modality mask's rows too
             loss_group = bm.get_group()
+        for noise in token_noises(model):  # a sampling router's noise: the global positions of this process's tokens
+            noise.tokens = None if conf.get("replicated_data") else torch.arange(BATCH * SEQ).view(BATCH, SEQ)[rows]
+            noise.num_tokens, noise.follow_tokens = BATCH * SEQ, conf.get("noise_follows_tokens", True)
         par = train_steps(model, local[0].to(device), local[1].to(device), ids.numel(), loss_group, local[2])
         ref = reference_steps(base, par, ids.to(device), labels.to(device), inputs)
         ok, rec["steps"] = compare_steps(par, ref, tracked, free[0]["weights"], free)
@@ -716,7 +732,7 @@ def model_results(
     "On every rank: one model's reference, its four configurations and its controls; the results rank 0 writes."
     start = time.perf_counter()
     base, cfg, swapped = parallel_test_model(model_name, seed=SEED)
-    stand_ins = training_stand_ins(base, swapped)
+    noise_keyed = key_token_noise(base, swapped, SEED)
     base.to(device)
     check = torch.tensor([sum(p.double().sum().item() for p in base.parameters())], dtype=torch.float64, device=device)
     sums = [torch.zeros_like(check) for _ in range(dist.get_world_size())]
@@ -776,6 +792,27 @@ def model_results(
             controls.append(
                 dict(rec, expected=expected, caught_by=_caught_by(rec), caught=_caught_by(rec) != "not caught")
             )
+    # a sampling router's control: its noise rows not following the tokens, in the configuration that splits them most
+    # (batch rows over FSDP, the sequence over TP), where it passes
+    split = next(
+        (r for r in reversed(results) if r["status"] == "PASS" and r.get("mesh", {}).get("dp_shard", 1) > 1), None
+    )
+    if negative_controls and noise_keyed and split is not None:
+        conf = next(c for c in confs if c["name"] == split["name"])
+        label = f"wrong noise rows: each rank takes the noise's first rows, not its tokens' ({split['name']})"
+        rec = run_config(
+            dict(conf, name=label, noise_follows_tokens=False),
+            base,
+            swapped,
+            (ids, labels),
+            free,
+            tracked,
+            plan,
+            dict(hf_tp_plan=hf_tp_plan),
+        )
+        controls.append(
+            dict(rec, expected="parity check", caught_by=_caught_by(rec), caught=_caught_by(rec) != "not caught")
+        )
     return dict(
         model=model_name,
         world_size=dist.get_world_size(),
@@ -801,7 +838,7 @@ def model_results(
         extension="; ".join(f"{e.name} (prototypes {e.prototypes})" for e in prototypes.values()) or None,
         tracked=tracked,
         cpu_adaptations=cpu_compat.describe(),
-        stand_ins=stand_ins,
+        token_noise=noise_keyed,  # the modules that sample in training, each drawing noise keyed to its tokens
         plan=plan.as_json(),
         plan_attention=plan.attention,
         tolerance=dict(

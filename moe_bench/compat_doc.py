@@ -366,6 +366,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
         lines += ["", "Why a configuration did not pass:", ""]
     lines += [
         f"- {m} {c['name']}: {(c.get('error') or '').splitlines()[-1].strip(' -')}{_floor_note(floor)}"
+        + (f". Cause: {c['root_cause']}" if c.get("float64") else "")  # a parity miss run again in float64
         for m, c, floor in failed
     ]
     lines += [

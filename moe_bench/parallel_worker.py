@@ -26,6 +26,7 @@ from torchtitan.models.common.moe import MoE
 
 from . import cpu_compat
 from .core import randomize_
+from .exact import float64_steps
 from .expression import Expressed, Expression, seed_token_tables_, swap_titan_moe
 from .extensions import TokenNoise
 from .hf import build_model, config_with, decoder_layers, embeddings, moe_attr_name, moe_block, real_config
@@ -51,7 +52,7 @@ __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'SEQUENCE_RATES', 'SEQUENCE_EN
            'parallel_test_config', 'parallel_test_model', 'swapped_moes', 'key_token_noise', 'token_noises',
            'tp_degree', 'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps', 'reference_steps',
            'grad_diff', 'compare_steps', 'parity_error', 'rounding_floor', 'run_config', 'negative_plans',
-           'model_results', 'worker']
+           'float64_runner', 'float64_summary', 'cause_of_miss', 'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
 SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1  # the batch phase 4 trains on: the model's sequence fields fit SEQ
@@ -722,6 +723,60 @@ def _caught_by(rec: dict) -> str:
         return "setup check"
     return {"FAIL": "parity check", "ERROR": "runtime error"}.get(rec["status"], "not caught")
 
+# %% ../nbs/04c_worker.ipynb #a37a3d78
+def float64_runner(base, swapped: dict, batch, tracked: dict, device: torch.device):
+    "A `run_config` for float64 re-runs (`04d_exact`); the float64 model and its one-process run are made once, on first use."
+    made = {}
+
+    def run(conf: dict, plan: Plan, check_kw: dict) -> dict:
+        with float64_steps() as mode:
+            if not made:
+                made["base"] = copy.deepcopy(base).double()
+                ids, labels = batch
+                inputs = {k: v.to(device) for k, v in model_inputs_of(base, swapped, ids).items()}
+                made["free"] = train_steps(
+                    copy.deepcopy(made["base"]), ids.to(device), labels.to(device), ids.numel(), inputs=inputs
+                )
+            rec = run_config(conf, made["base"], swapped, batch, made["free"], tracked, plan, check_kw)
+        return rec | dict(dtype="float64", kept_in_float64=dict(mode.kept))
+
+    return run
+
+
+def float64_summary(rec: dict) -> dict:
+    "What a float32 record keeps of its float64 re-run: status, per-step max gradient difference, the worst gradient (in tolerances and relative), the sites kept in float64."
+    out = dict(status=rec["status"], wall_s=rec["wall_s"], kept_in_float64=rec.get("kept_in_float64", {}))
+    steps = rec.get("steps") or []
+    if steps:
+        worst = max(
+            ((s["step"], s["worst"]) for s in steps),
+            key=lambda sw: sw[1].get("max_abs_diff", float("inf")) / sw[1]["tol"],
+        )
+        step, w = worst
+        out |= dict(
+            max_grad_diff=[s["max_grad_diff"] for s in steps],
+            worst=dict(step=step, param=w["param"], ratio=w["max_abs_diff"] / w["tol"])
+            | ({"relative": w["max_abs_diff"] / ((w["tol"] - ATOL) / RTOL)} if w["tol"] > ATOL else {}),
+        )
+    if rec["status"] != "PASS":
+        out["error"] = rec.get("error")
+    return out
+
+
+def cause_of_miss(f64: dict) -> str:
+    "What a parity miss's float64 re-run says of it."
+    if f64["status"] == "PASS":
+        w = f64["worst"]
+        return (
+            f"float32 rounding: the same plan in float64 passes the same rule (worst {w['ratio']:.2g}x the tolerance, "
+            f"`{w['param']}` at step {w['step']}), torchtitan's and moe_bench's float32 steps kept in float64, HF's as written"
+        )
+    if f64["status"] == "FAIL" and "worst" in f64:
+        return (
+            f"the layout: the same plan misses in float64 too ({f64['worst']['ratio']:.3g}x, `{f64['worst']['param']}`)"
+        )
+    return f"not known: the float64 re-run did not finish ({f64.get('error')})"
+
 # %% ../nbs/04c_worker.ipynb #057fe493
 def model_results(
     model_name: str,
@@ -773,24 +828,31 @@ def model_results(
     results = [
         run_config(c, base, swapped, (ids, labels), free, tracked, plan, dict(hf_tp_plan=hf_tp_plan)) for c in confs
     ]
+    in_float64 = float64_runner(base, swapped, (ids, labels), tracked, device)
+    for conf, rec in zip(confs, results, strict=True):
+        if rec["status"] == "FAIL" and rec.get("steps"):  # a miss at the parity check, not a refused plan
+            rec["float64"] = float64_summary(in_float64(conf, plan, dict(hf_tp_plan=hf_tp_plan)))
+            rec["root_cause"] = cause_of_miss(rec["float64"])
     controls = []
-    if (
-        negative_controls and next(r for r in results if r["name"] == "TP")["status"] == "PASS"
-    ):  # a control needs a TP run that passes
+    tp = next((r for r in results if r["name"] == "TP"), None)
+    # a control needs a TP run that passes: float32's, else float64's where float32 misses by rounding
+    dtype = None if tp is None else "float32" if tp["status"] == "PASS" else tp.get("float64", {}).get("status")
+    if negative_controls and dtype in ("float32", "PASS"):
         tp_conf = next(c for c in confs if c["name"] == "TP")
         for label, bad, rules, expected in negative_plans(plan, hf_tp_plan, base):
-            rec = run_config(
-                dict(tp_conf, name=label),
-                base,
-                swapped,
-                (ids, labels),
-                free,
-                tracked,
-                bad,
-                dict(hf_tp_plan=hf_tp_plan, role_rules=rules),
-            )
+            check_kw = dict(hf_tp_plan=hf_tp_plan, role_rules=rules)
+            if dtype == "float32":
+                rec = run_config(dict(tp_conf, name=label), base, swapped, (ids, labels), free, tracked, bad, check_kw)
+            else:
+                rec = in_float64(dict(tp_conf, name=label), bad, check_kw)
             controls.append(
-                dict(rec, expected=expected, caught_by=_caught_by(rec), caught=_caught_by(rec) != "not caught")
+                dict(
+                    rec,
+                    expected=expected,
+                    caught_by=_caught_by(rec),
+                    caught=_caught_by(rec) != "not caught",
+                    dtype=rec.get("dtype", "float32"),
+                )
             )
     # a sampling router's control: its noise rows not following the tokens, in the configuration that splits them most
     # (batch rows over FSDP, the sequence over TP), where it passes

@@ -87,6 +87,7 @@ def _summary(c: dict) -> dict:
         note=c.get("note"),
         steps=steps,
         **({"kept_whole": whole} if whole else {}),
+        **({"float64": c["float64"]} if c.get("float64") else {}),  # a parity miss run again in float64
     )
 
 
@@ -119,6 +120,7 @@ def _record(model: str, res: dict, launch: dict) -> dict:
                 status=c["status"],
                 error=c.get("error"),
                 wall_s=c["wall_s"],
+                dtype=c.get("dtype", "float32"),
             )
             for c in controls
         ],

@@ -773,7 +773,8 @@ def cause_of_miss(f64: dict) -> str:
         )
     if f64["status"] == "FAIL" and "worst" in f64:
         return (
-            f"the layout: the same plan misses in float64 too ({f64['worst']['ratio']:.3g}x, `{f64['worst']['param']}`)"
+            f"not float32 rounding alone: the same plan misses in float64 too ({f64['worst']['ratio']:.3g}x, "
+            f"`{f64['worst']['param']}`): a wrong layout, or a float32 step the re-run leaves (HF's own)"
         )
     return f"not known: the float64 re-run did not finish ({f64.get('error')})"
 

@@ -35,6 +35,7 @@ from moe_bench.extensions import (
     clamped_swiglu_mlp,
     grouped_gated_mlp,
     padded_width,
+    per_expert_mm,
 )
 from .moe_probe import STACKED_EXPERT_LAYOUTS, MoEProbe
 from .replacement import Float32Gate
@@ -381,21 +382,12 @@ def hf_row_order(titan=None, probe=None):
         yield
 
 # %% ../nbs/03b_alignment.ipynb #de7296fa
-def _per_expert_mm(self, *, A: torch.Tensor, B_t: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    "`GroupedExperts._grouped_mm` as HF's eager experts loop computes it: one matmul per expert's rows, at any width."
-    ends = offs.tolist()
-    starts = [0, *ends[:-1]]
-    out = [A[s:e] @ B_t[g] for g, (s, e) in enumerate(zip(starts, ends, strict=True))]
-    out.append(A.new_zeros(A.shape[0] - ends[-1], B_t.shape[-1]))  # rows past the last group, as grouped_mm's
-    return torch.cat(out)
-
-
 @contextmanager
 def hf_expert_width(titan=None, probe=None):
     "Patch (kernel alignment): the experts computed at HF's width, one matmul per expert, as HF's eager loop."
     with (
         _aligned_experts(experts_width=probe.moe_intermediate_size),
-        patch_attr(GroupedExperts, "_grouped_mm", _per_expert_mm),
+        patch_attr(GroupedExperts, "_grouped_mm", per_expert_mm),
     ):
         yield
 

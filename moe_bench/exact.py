@@ -8,12 +8,13 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from contextlib import contextmanager
+from unittest.mock import patch
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torchtitan.models.common.moe import GroupedExperts
 
-from .alignment import _per_expert_mm, patch_attr
+from .extensions import per_expert_mm
 
 # %% auto #0
 __all__ = ['OWN_CODE', 'caller_site', 'KeepFloat64', 'float64_steps']
@@ -66,5 +67,5 @@ class KeepFloat64(TorchFunctionMode):
 def float64_steps():
     "Run a float64 model with torchtitan's and moe_bench's float32 steps in float64 and its grouped matmul per expert; yields the mode."
     mode = KeepFloat64()
-    with patch_attr(GroupedExperts, "_grouped_mm", _per_expert_mm), mode:
+    with patch.object(GroupedExperts, "_grouped_mm", per_expert_mm), mode:
         yield mode

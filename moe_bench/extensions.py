@@ -50,24 +50,25 @@ __all__ = ['EXTENSIONS', 'LOGIT_BIAS_CORE_CHANGE', 'SCORE_FUNC_CORE_CHANGE', 'SC
            'TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE', 'ROUTE_NORM_P_CORE_CHANGE', 'LAYER_MOE_CORE_CHANGES',
            'HASH_ROUTING_CORE_CHANGE', 'Float32CombineDispatcher', 'Extension', 'float32_combine_',
            'applicable_extensions', 'OutputScaledRoutedExperts', 'grouped_gated_mlp', 'Float32GluGroupedExperts',
-           'combined', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'LogitBiasRouter',
-           'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of', 'SparseMixerRouter',
-           'TokenNoise', 'TokenDraws', 'HeunMultiplier', 'heun_estimate', 'ClampedGlu', 'plain_silu', 'clamped_glu_of',
-           'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts', 'ClampedGluFeedForward', 'SoftcappedGlu',
-           'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE', 'output_norm_sharding', 'logit_multiplier_of',
-           'LogitMultiplierRouter', 'PostNormGroupedExperts', 'ExpertProjectionsMoE', 'ExpertProjectionsConfig',
-           'expert_projections_parallel_config', 'expert_projections_sharding', 'ScoreBeforeExpertsRouter',
-           'ScoreBeforeExpertsDispatcher', 'IdentityTailGroupedExperts', 'IdentityTailDispatcher',
-           'IdentityRowsMetadata', 'IdentityTailAllToAll', 'routed_output', 'PerModalityMoE', 'mixed_modality_mask',
-           'PerModalityConfig', 'per_modality_config', 'per_modality_sharding', 'SharedScoringRouter',
-           'GammaSharedExperts', 'WeightDtypeCombineDispatcher', 'WeightDtypeCombineAllToAll',
-           'router_weighted_shared_sharding', 'RouterWeightedSharedMoE', 'router_mlp_form', 'RouterMLP', 'MLPRouter',
-           'RouterStateMoE', 'RouterStateBlock', 'router_state_sharding', 'padded_width', 'pad_experts_',
-           'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward', 'make_non_gated_', 'TopkSoftmaxRouter',
-           'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter', 'NormScaledRouter', 'GeluTanhGroupedExperts',
-           'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms', 'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state',
-           'build_layer_moe', 'export_layer_moe', 'swap_layer_moe', 'layer_moe_sharding', 'token_table_ids',
-           'HashRouter', 'HashRoutedMoE', 'hash_router_sharding']
+           'combined', 'per_expert_mm', 'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts',
+           'LogitBiasRouter', 'score_func_of', 'ScoreFuncRouter', 'sparsemixer_topk', 'sparsemixer_eps_of',
+           'SparseMixerRouter', 'TokenNoise', 'TokenDraws', 'HeunMultiplier', 'heun_estimate', 'ClampedGlu',
+           'plain_silu', 'clamped_glu_of', 'experts_gating', 'mlp_gating', 'ClampedGluGroupedExperts',
+           'ClampedGluFeedForward', 'SoftcappedGlu', 'softcapped_glu_of', 'norm_form_of', 'OutputNormMoE',
+           'output_norm_sharding', 'logit_multiplier_of', 'LogitMultiplierRouter', 'PostNormGroupedExperts',
+           'ExpertProjectionsMoE', 'ExpertProjectionsConfig', 'expert_projections_parallel_config',
+           'expert_projections_sharding', 'ScoreBeforeExpertsRouter', 'ScoreBeforeExpertsDispatcher',
+           'IdentityTailGroupedExperts', 'IdentityTailDispatcher', 'IdentityRowsMetadata', 'IdentityTailAllToAll',
+           'routed_output', 'PerModalityMoE', 'mixed_modality_mask', 'PerModalityConfig', 'per_modality_config',
+           'per_modality_sharding', 'SharedScoringRouter', 'GammaSharedExperts', 'WeightDtypeCombineDispatcher',
+           'WeightDtypeCombineAllToAll', 'router_weighted_shared_sharding', 'RouterWeightedSharedMoE',
+           'router_mlp_form', 'RouterMLP', 'MLPRouter', 'RouterStateMoE', 'RouterStateBlock', 'router_state_sharding',
+           'padded_width', 'pad_experts_', 'unpad_experts', 'NonGatedGroupedExperts', 'NonGatedFeedForward',
+           'make_non_gated_', 'TopkSoftmaxRouter', 'OutputBiasMoE', 'output_bias_sharding', 'PNormRouter',
+           'NormScaledRouter', 'GeluTanhGroupedExperts', 'LayerMoE', 'LayerMoEAdapter', 'moe_branch_norms',
+           'layer_moe_applies', 'layer_moe_rules', 'layer_moe_state', 'build_layer_moe', 'export_layer_moe',
+           'swap_layer_moe', 'layer_moe_sharding', 'token_table_ids', 'HashRouter', 'HashRoutedMoE',
+           'hash_router_sharding']
 
 # %% ../nbs/00e_extensions.ipynb #64d52199
 class Float32CombineDispatcher(LocalTokenDispatcher):
@@ -236,6 +237,15 @@ def combined(extensions: list[Extension]) -> Extension:
         install,
         applies=lambda probe: all(e.applies(probe) for e in extensions),
     )
+
+# %% ../nbs/00e_extensions.ipynb #06b9368e
+def per_expert_mm(self, *, A: torch.Tensor, B_t: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    "`GroupedExperts._grouped_mm` one matmul per expert's rows, as HF's eager experts loop computes it, at any width and dtype."
+    ends = offs.tolist()
+    starts = [0, *ends[:-1]]
+    out = [A[s:e] @ B_t[g] for g, (s, e) in enumerate(zip(starts, ends, strict=True))]
+    out.append(A.new_zeros(A.shape[0] - ends[-1], B_t.shape[-1]))  # rows past the last group, as grouped_mm's
+    return torch.cat(out)
 
 # %% ../nbs/00e_extensions.ipynb #58eb175a
 def hf_clamped_swiglu(h_RG: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:

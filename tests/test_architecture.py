@@ -16,7 +16,7 @@ FLOORS = [
     {"adapter"},
     {"replacement"},
     {"extensions"},
-    {"expression", "synth", "cpu_compat"},
+    {"expression", "synth", "cpu_compat", "exact"},
     {"compare", "traces", "sharding", "trained"},
     {"alignment", "parallel_worker"},
     {"probe", "config", "equivalence", "gap", "pretrained", "parallelism", "native"},  # the phases

@@ -51,7 +51,7 @@ class KeepFloat64(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in (torch.Tensor.to, torch.Tensor.float) and isinstance(args[0], torch.Tensor):
-            down = func is torch.Tensor.float or kwargs.get("dtype") is torch.float32 or torch.float32 in args[1:]
+            down = func is torch.Tensor.float or any(a is torch.float32 for a in (*args[1:], kwargs.get("dtype")))
             if down and args[0].dtype == torch.float64:
                 module, site = caller_site(sys._getframe(1))
                 if module.split(".")[0] in OWN_CODE:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import spmd_types as spmd
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
@@ -1163,6 +1164,25 @@ def routed_output(moe: MoE, x_BLD: torch.Tensor) -> torch.Tensor:
     return moe.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
 
 
+def _check_even_modality_shares(x_BLD: DTensor, other_BL: torch.Tensor) -> None:
+    """Under a sequence-sharded layout each rank takes a modality's rows from its own tokens, so every rank of a shard
+    group must hold as many tokens of each modality: unequal shares would make uneven DTensor shards, and a rank with
+    none fails where its peers wait in a collective. Raise on every rank at once (the same message) where they do not."""
+    counts = torch.stack([(~other_BL).sum(), other_BL.sum()]).to(torch.int64)
+    group = x_BLD.device_mesh.get_group(next(i for i, p in enumerate(x_BLD.placements) if p.is_shard()))
+    peers = [torch.zeros_like(counts) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(peers, counts, group=group)
+    everyone = [torch.zeros_like(counts) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, counts)  # the whole world: each rank stops, or goes on, with all the others
+    uneven = torch.tensor([int(any(not torch.equal(p, counts) for p in peers))])
+    dist.all_reduce(uneven, op=dist.ReduceOp.MAX)
+    if uneven.item():
+        raise NotImplementedError(
+            "per_modality_moe under a sequence-sharded layout needs each rank of a shard group to hold as many tokens "
+            f"of each modality; the ranks hold (first, second) {[e.tolist() for e in everyone]}"
+        )
+
+
 class PerModalityMoE(MoE):
     "Prototype of the core change: torchtitan's `MoE` routing mask-0 tokens itself and the others through `modality_moe`."
 
@@ -1179,6 +1199,8 @@ class PerModalityMoE(MoE):
         other_BL = torch.zeros(x_local.shape[:2], dtype=torch.bool, device=x_local.device)
         if modality_mask_BL is not None:
             other_BL = _local(modality_mask_BL).bool()
+        if isinstance(x_BLD, DTensor) and any(p.is_shard() for p in x_BLD.placements):
+            _check_even_modality_shares(x_BLD, other_BL)
         out_BLD, routed_layout = torch.zeros_like(x_local), None
         for moe, tokens_BL in zip(parts, (~other_BL, other_BL), strict=True):
             if tokens_BL.any() or collective:  # each modality's tokens, in their order, as one sequence

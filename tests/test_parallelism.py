@@ -2,6 +2,12 @@
 layer-level MoE, run through the `LayerMoE` prototype), both in one torchrun launch: every configuration is checked
 against one process, and the wrong plans are caught. qwen3_moe's phase 4 runs in test_runs (moe-bench run)."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from moe_bench.parallel_worker import CONFIG_NAMES
@@ -64,3 +70,30 @@ def test_blocked_model_is_recorded_without_a_launch():
     # every model's blocks have an expression now: deepseek_v4's phase 1 record as if none held its blocks
     rec = parallelism_phase("deepseek_v4", probe_model("deepseek_v4") | dict(expression=None))
     assert rec["status"] == "BLOCKED" and "phase 1 did not pass" in rec["reason"]
+
+
+def test_uneven_modality_shares_stop_every_rank_with_a_reason(tmp_path):
+    """ernie4_5_vl_moe's per-modality MoE under FSDP+TP+EP, with a mask that gives each TP rank one modality only: each
+    rank would take uneven rows from its own tokens (before, a rank with none failed while its peers waited in a
+    collective until gloo's timeout). Every rank now stops at the same layer with the shares named, and the launch ends."""
+    out = tmp_path / "ernie.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=4",
+            str(Path(__file__).parent / "modality_shares_worker.py"),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (c,) = json.loads(out.read_text())["configs"]
+    assert c["status"] == "ERROR" and c["wall_s"] < 100, (c["status"], c["wall_s"], c.get("error"))
+    assert c["error"].startswith("NotImplementedError: per_modality_moe under a sequence-sharded layout"), c["error"]
+    assert "[0, 16]" in c["error"] and "[16, 0]" in c["error"]  # each TP rank's (first, second) modality tokens

@@ -910,6 +910,7 @@ class PostNormGroupedExperts(GroupedExperts):
             "runtime error",
         ),
     }
+    TP_CONTROL_ROLE = "experts"  # the plan entries (`titan_moe(role=...)`) a control's layout replaces
     tp_control: str | None = None  # a key of `TP_CONTROLS`: the layout a negative control runs instead
     _down_mesh = None  # under TP, while the forward runs: the mesh dim w2 is split over (its output dim)
 
@@ -964,7 +965,20 @@ class PostNormGroupedExperts(GroupedExperts):
 
 class ExpertProjectionsMoE(MoE):
     """Prototype of the core change: torchtitan's `MoE` whose routed experts work in their own width P. The router
-    reads x; the experts read norm(x @ in_proj); their weighted sum goes back to D through out_proj."""
+    reads x; the experts read norm(x @ in_proj); their weighted sum goes back to D through out_proj. Under TP in_proj
+    is split on P (column-wise): each rank projects its own columns, the norm's sum of squares is summed over the ranks
+    (DTensor's reduction on the split dim), and the normed rows go to the experts in the layout they take."""
+
+    # a negative control's wrong TP layout (the plan's `titan_moe(role=wrapper, control=...)`) -> (label, catcher)
+    TP_CONTROLS = {
+        "norm_local": (
+            "wrong reduction: the experts' input norm over each rank's own columns of in_proj, as if per head, not "
+            "over the whole width",
+            "parity check",
+        ),
+    }
+    TP_CONTROL_ROLE = "wrapper"
+    tp_control: str | None = None
 
     def extend(
         self, in_proj_PD: torch.Tensor, in_norm_P: torch.Tensor, out_proj_DP: torch.Tensor, form: str, eps: float
@@ -976,6 +990,17 @@ class ExpertProjectionsMoE(MoE):
         self.norm_form, self.norm_eps = form, eps
         return self
 
+    def input_norm(self, p_BLP: torch.Tensor) -> torch.Tensor:
+        "The norm on the projected rows: over the whole width P (a DTensor split on P sums its squares over the ranks)."
+        if self.tp_control == "norm_local" and isinstance(p_BLP, DTensor):  # the control: each rank's columns alone
+            dim = next(i for i, p in enumerate(p_BLP.placements) if p == Shard(2))
+            local_BLp = p_BLP.to_local()
+            start = p_BLP.device_mesh.get_local_rank(dim) * local_BLp.shape[-1]
+            weight_P = self.in_norm_P.full_tensor() if isinstance(self.in_norm_P, DTensor) else self.in_norm_P
+            normed = NORM_FORMS[self.norm_form](local_BLp, weight_P[start : start + local_BLp.shape[-1]], self.norm_eps)
+            return DTensor.from_local(normed, p_BLP.device_mesh, p_BLP.placements, run_check=False)
+        return NORM_FORMS[self.norm_form](p_BLP, self.in_norm_P, self.norm_eps)
+
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
         topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = self.router(x_BLD, self.expert_bias_E)
         routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
@@ -983,7 +1008,10 @@ class ExpertProjectionsMoE(MoE):
         if self.training:
             with torch.no_grad():
                 self.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
-        h_BLP = NORM_FORMS[self.norm_form](F.linear(x_BLD, self.in_proj_PD), self.in_norm_P, self.norm_eps)
+        h_BLP = self.input_norm(F.linear(x_BLD, self.in_proj_PD))
+        if isinstance(h_BLP, DTensor):  # TP splits the projection's columns: the experts take the rows as they expect
+            want = self.routed_experts._sharding_config.in_src_shardings["x_BLD"]
+            h_BLP = h_BLP.redistribute(placements=resolve_placements(want, h_BLP.device_mesh))
         out_BLP = self.routed_experts(h_BLP, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
         return F.linear(out_BLP, self.out_proj_DP)
 
@@ -1008,10 +1036,10 @@ def expert_projections_sharding(cfg: ExpertProjectionsConfig) -> None:
     norm split exactly under TP (EP off): w2 on its output dim D (`Shard(1)`) beside torchtitan's w1 and w3 on the
     intermediate dim, so each rank computes whole columns and `PostNormGroupedExperts` gathers between. The post
     norm's weight takes the experts' weights' mesh axes, replicated on each (one weight shared by all experts, so no
-    expert dim to split on under EP, and the norm reads whole rows under TP). The projections and the input norm's
-    weight are replicated on TP, as torchtitan places its router gate and every norm weight: the input norm reads
-    whole rows of the experts' width, which the routed experts then take whole (a Replicate input under TP), and
-    out_proj reads the combined rows whole."""
+    expert dim to split on under EP, and the norm reads whole rows under TP). in_proj is split on P under TP
+    (`Shard(0)`, column-wise): each rank projects its own columns of every token and the input norm sums their
+    squares over the ranks, so nothing is computed twice. The input norm's weight is replicated, as torchtitan places
+    every norm weight, and so is out_proj, which reads the combined rows in their sequence shards."""
     inner = cfg.routed_experts.inner_experts.sharding_config
     if cfg.experts_post_norm:
         layouts = inner.state_shardings
@@ -1020,7 +1048,8 @@ def expert_projections_sharding(cfg: ExpertProjectionsConfig) -> None:
             whole["w2_EDF"] = SpmdLayout(layouts["w2_EDF"].axis_types | {MeshAxisName.TP: spmd.S(1)})
         inner.state_shardings = layouts | whole
     replicated = dense_param_placement(tp=spmd.R)
-    cfg.sharding_config.state_shardings |= {n: replicated for n in ("in_proj_PD", "in_norm_P", "out_proj_DP")}
+    cfg.sharding_config.state_shardings |= {n: replicated for n in ("in_norm_P", "out_proj_DP")}
+    cfg.sharding_config.state_shardings["in_proj_PD"] = dense_param_placement(tp=spmd.S(0))
 
 # %% ../nbs/00e_extensions.ipynb #5c0be4e1a1b54c0c8f3e7a9d11e0a402
 SCORE_BEFORE_EXPERTS_CORE_CHANGE = (

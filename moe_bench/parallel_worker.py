@@ -671,19 +671,19 @@ def negative_plans(
                 "parity check",
             )
         )
-    # experts whose own TP layout has wrong forms a control runs (muse_spark's post norm experts: `TP_CONTROLS`)
-    controls = next(
-        (m.TP_CONTROLS for m in (model.modules() if model is not None else ()) if hasattr(m, "TP_CONTROLS")), {}
-    )
-    for control, (label, catcher) in controls.items():
-        out.append(
-            (
-                label,
-                plan.replaced("*.routed_experts.inner_experts", S("titan_moe", role="experts", control=control)),
-                True,
-                catcher,
-            )
-        )
+    # Titan MoE parts whose own TP layout has wrong forms a control runs (`TP_CONTROLS`: muse_spark's post norm experts,
+    # its MoE's split input projection), each on the plan entries of its role, in the order the model holds them
+    owners = dict.fromkeys(type(m) for m in (model.modules() if model is not None else ()) if hasattr(m, "TP_CONTROLS"))
+    for owner in owners:
+        role = f"titan_moe(role={owner.TP_CONTROL_ROLE})"
+        for control, (label, catcher) in owner.TP_CONTROLS.items():
+            entries = [
+                e._replace(spec=S("titan_moe", role=owner.TP_CONTROL_ROLE, control=control))
+                if str(e.spec) == role
+                else e
+                for e in plan.entries
+            ]
+            out.append((label, Plan(f"{plan.name}-{control}", entries, plan.attention), True, catcher))
     patterns = {e.pattern for e in plan.entries}
     gate = next(  # an attention output gate: a gate beside an o_proj; in plan order, the same on every rank (a set's
         # order follows each process's own hash seed: ranks picked different gates and deadlocked in their collectives)

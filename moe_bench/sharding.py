@@ -1733,9 +1733,6 @@ MOE_WHOLE_WHY = {
     "rank",
     "routed_experts.inner_experts.mlp2_bias_ED": "gpt-oss's down-projection bias (torchtitan's layout): added to each "
     "rank's row-wise partial sum scaled by 1/TP, so the reduced output holds it once",
-    "in_proj_PD": "the projection into the experts' width (muse_spark) on the MoE's input, which torchtitan's TP "
-    "gathers whole for its router: computed whole on every rank, as the router gate, for the input norm that reads "
-    "whole rows",
     "*_norm_[DP]": "a norm on the MoE's input or output rows, or on the experts' width: it reads each token's whole "
     "row (torchtitan places every norm weight Replicate)",
     "out_proj_DP": "the projection back from the experts' width (muse_spark) on the combined rows in their sequence "

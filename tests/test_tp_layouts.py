@@ -42,7 +42,9 @@ what must catch it. What the rows cover:
   dim, the rows gathered, the norm on whole rows, counted once; the backward with no sum across ranks either: the
   activation's gradient from w2 moved to its F split; caught when the norm runs on each rank's partial sums of
   torchtitan's row-wise w2, when the activation's gradient comes from each rank's own w2 columns alone, and at run
-  time when the activation is not gathered), beside the embedding's reduce-scatter before its `embed_norm`.
+  time when the activation is not gathered), and its MoE's input projection into the experts' width split
+  column-wise, the input norm's sum of squares summed over the ranks (caught when each rank normalises its own
+  columns alone), beside the embedding's reduce-scatter before its `embed_norm`.
 - `replicate`: zaya's router MLP as torchtitan's router gate (caught by the setup check as plain tensors).
 - a shared-KV attention (deepseek_v4's): its one kv head whole on every rank, computed for the rank's heads
   (`replicate(mode=local_rows)`; caught when `kv_norm` is a plain replicated tensor, each rank keeping its heads'
@@ -143,6 +145,13 @@ CASES = [
         "parity check",
     ),
     ("muse_spark", "titan_moe", "inner_experts", "wrong layout: the experts' activation left on", "runtime error"),
+    (
+        "muse_spark",
+        "titan_moe",
+        "mlp",
+        "wrong reduction: the experts' input norm over each rank's own columns",
+        "parity check",
+    ),
     ("zaya", "blockwise", "conv_qk_depthwise", "wrong layout: conv_qk_depthwise contiguously Shard(0)", "parity check"),
     ("zaya", "blockwise", "v_proj_delayed", "wrong layout: v_proj_current and v_proj_delayed each", "parity check"),
     (

@@ -30,9 +30,10 @@ from transformers.utils import logging as hf_logging
 from .hf import build_model, decoder_layers, text_config
 
 # %% auto #0
-__all__ = ['HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'CheckpointError', 'Checkpoint', 'shard_keys', 'open_checkpoint',
-           'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_record', 'skeleton',
-           'module_prefixes', 'load_part_', 'release_', 'streamed', 'layer_call_args', 'logits_of']
+__all__ = ['HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'CACHE_ARGUMENTS', 'CheckpointError', 'Checkpoint', 'shard_keys',
+           'open_checkpoint', 'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_record',
+           'skeleton', 'module_prefixes', 'load_part_', 'release_', 'streamed', 'layer_call_args', 'model_logits',
+           'logits_of']
 
 # %% ../nbs/00j_checkpoint.ipynb #64c0ac44
 class CheckpointError(ValueError):
@@ -307,12 +308,20 @@ def streamed(model: nn.Module, ckpt: Checkpoint, on_layer: Callable | None = Non
             h.remove()
 
 # %% ../nbs/00j_checkpoint.ipynb #f66de41f
+CACHE_ARGUMENTS = ("past_key_values", "past_key_value", "use_cache")  # a KV cache filled by one run of a layer
+
+
 def layer_call_args(args: tuple, kwargs: dict) -> tuple[torch.Tensor, tuple, dict]:
-    "The hidden state a decoder layer was called with, and its other arguments."
+    "The hidden state a decoder layer was called with, and its other arguments less any KV cache."
+    kwargs = {k: v for k, v in kwargs.items() if k not in CACHE_ARGUMENTS}
     if args:
         return args[0], args[1:], kwargs
-    kwargs = dict(kwargs)
     return kwargs.pop("hidden_states"), (), kwargs
+
+
+def model_logits(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    "The model's own forward, with no KV cache whatever the config's `use_cache` (every published config says true)."
+    return model(input_ids, use_cache=False).logits
 
 # %% ../nbs/00j_checkpoint.ipynb #46f31782
 class _PassThrough(nn.Module):
@@ -334,7 +343,7 @@ def logits_of(model: nn.Module, input_ids: torch.Tensor, final_hidden_BLD: torch
         for i in range(len(layers)):
             layers[i] = _PassThrough(final_hidden_BLD if i == len(layers) - 1 else None)
         with torch.no_grad():
-            return model(input_ids).logits
+            return model_logits(model, input_ids)
     finally:
         for i, layer in enumerate(originals):
             layers[i] = layer

@@ -55,6 +55,7 @@ from moe_bench.checkpoint import (
     input_ids,
     layer_call_args,
     load_part_,
+    model_logits,
     open_checkpoint,
     release_,
     skeleton,
@@ -843,7 +844,7 @@ def compare_native(
         layers.append(rec)
 
     with torch.no_grad(), eager_flex(), streamed(hf_lm, ckpt, on_layer):
-        hf_logits = {FLOAT32: hf_lm(ids_BL).logits}
+        hf_logits = {FLOAT32: model_logits(hf_lm, ids_BL)}
     with torch.no_grad():
         hf_head = {dt: (_hf_in(hf_lm.model.norm, dt), _hf_in(hf_lm.lm_head, dt)) for dt in (FLOAT64, BFLOAT16)}
         for dt, (norm, lm_head) in hf_head.items():

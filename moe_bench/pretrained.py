@@ -20,6 +20,7 @@ from moe_bench.checkpoint import (
     input_ids,
     layer_call_args,
     load_part_,
+    model_logits,
     logits_of,
     module_prefixes,
     open_checkpoint,
@@ -163,7 +164,7 @@ def compare_streams(
 
     try:
         with torch.no_grad(), streamed(model, ckpt, on_layer):
-            hf_logits = model(ids_BL).logits
+            hf_logits = model_logits(model, ids_BL)
     finally:
         for h in hooks:
             h.remove()

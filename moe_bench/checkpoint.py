@@ -27,17 +27,47 @@ from transformers.modeling_utils import LoadStateDictConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import logging as hf_logging
 
+from .core import phase_record
 from .hf import build_model, decoder_layers, text_config
 
 # %% auto #0
-__all__ = ['HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'CACHE_ARGUMENTS', 'CheckpointError', 'Checkpoint', 'shard_keys',
-           'open_checkpoint', 'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_record',
-           'skeleton', 'module_prefixes', 'load_part_', 'release_', 'streamed', 'layer_call_args', 'model_logits',
-           'logits_of']
+__all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'CACHE_ARGUMENTS', 'CheckpointError', 'Fault', 'Checkpoint',
+           'shard_keys', 'containment_root', 'inside', 'open_checkpoint', 'held_out_text', 'input_ids', 'holds',
+           'checkpoint_training', 'checkpoint_record', 'skeleton', 'module_prefixes', 'non_finite', 'load_part_',
+           'release_', 'fault_record', 'streamed', 'layer_call_args', 'model_logits', 'logits_of']
 
 # %% ../nbs/00j_checkpoint.ipynb #64c0ac44
 class CheckpointError(ValueError):
-    "A checkpoint folder the workbench cannot read as it is: the message says why and what to do."
+    "A checkpoint the workbench will not compare as it is: `fault` (a key of `FAULTS`) says what kind, the message says what and what to do."
+
+    def __init__(self, message: str, fault: str = "unreadable"):
+        super().__init__(message)
+        self.fault = fault
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    "A kind of checkpoint defect and the status every phase that reads checkpoints gives it."
+
+    status: str
+    means: str
+
+
+FAULTS = {  # one table for 3b and native: the same bad input, the same status (and so the same exit code)
+    "unreadable": Fault(
+        status="UNSUPPORTED",
+        means="not a checkpoint the workbench reads: no config or weights, a shard missing or cut short, pickled "
+        "weights, remote code, a hub id with no cached snapshot",
+    ),
+    "outside": Fault(status="UNSUPPORTED", means="a file the index names resolves outside the checkpoint folder"),
+    "wrong_model": Fault(status="UNSUPPORTED", means="the checkpoint holds another model type than the one asked for"),
+    "mismatch": Fault(
+        status="UNSUPPORTED",
+        means="the weights do not load strictly into the model its config describes (a tensor missing, extra, or of "
+        "another shape: e.g. a config whose expert count disagrees with the weights)",
+    ),
+    "non_finite": Fault(status="FAIL", means="a tensor holds NaN or Inf: no comparison of it can pass"),
+}
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -100,7 +130,7 @@ def shard_keys(path: Path) -> set[str]:
 
 
 def _config(folder: Path) -> PretrainedConfig:
-    raw = json.loads((folder / "config.json").read_text())
+    raw = json.loads(inside(folder, "config.json").read_text())
     if "auto_map" in raw or raw.get("model_type") not in CONFIG_MAPPING:
         raise CheckpointError(
             f"{folder}: config.json needs the model's own code (auto_map {raw.get('auto_map')}, model_type "
@@ -109,11 +139,33 @@ def _config(folder: Path) -> PretrainedConfig:
     return AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
 
 
+def containment_root(folder: Path) -> Path:
+    "The folder a checkpoint's files must resolve into: itself, or for a snapshot in the HF cache its repository folder (files there link into `blobs/`)."
+    folder = folder.resolve()
+    repo = folder.parent.parent
+    return repo if folder.parent.name == "snapshots" and (repo / "blobs").is_dir() else folder
+
+
+def inside(folder: Path, name: str) -> Path:
+    "The path of file `name` of the checkpoint in `folder`; `CheckpointError` (fault `outside`) if it leaves the folder, checked before it is opened."
+    if Path(name).is_absolute() or ".." in Path(name).parts:
+        raise CheckpointError(
+            f"{folder}: {name!r} is not a file of the folder (absolute or through '..'): refused", "outside"
+        )
+    path = folder / name
+    if not path.resolve().is_relative_to(containment_root(folder)):
+        raise CheckpointError(f"{folder}: {name!r} links to {path.resolve()}, outside the folder: refused", "outside")
+    return path
+
+
 def _weight_map(folder: Path) -> dict[str, str]:
     if (folder / INDEX).is_file():
-        return json.loads((folder / INDEX).read_text())["weight_map"]
+        weight_map = json.loads(inside(folder, INDEX).read_text())["weight_map"]
+        for shard in sorted(set(weight_map.values())):
+            inside(folder, shard)  # every name, before any shard is opened
+        return weight_map
     if (folder / "model.safetensors").is_file():
-        return dict.fromkeys(shard_keys(folder / "model.safetensors"), "model.safetensors")
+        return dict.fromkeys(shard_keys(inside(folder, "model.safetensors")), "model.safetensors")
     pickled = sorted(p.name for p in folder.glob("*.bin"))
     if pickled:
         raise CheckpointError(
@@ -230,6 +282,26 @@ def _expected(model: nn.Module, prefix: str | None, layer_prefixes: list[str]) -
     return {k for k in keys if k.startswith(prefix)}
 
 
+def non_finite(t: torch.Tensor, chunk: int = 1 << 24) -> str:
+    "What is not finite in `t` (counts of NaN and Inf, and which experts of a stacked tensor), or '' when all is; read in chunks of `chunk` elements, so no tensor-sized mask is made."
+    if not t.is_floating_point():
+        return ""
+    rows = t.reshape(t.shape[0], -1) if t.ndim > 1 else t.reshape(1, -1)
+    step = max(1, chunk // max(1, rows.shape[1]))
+    nan = inf = 0
+    where = []
+    for start in range(0, rows.shape[0], step):
+        block = rows[start : start + step]
+        if bool(torch.isfinite(block).all()):
+            continue
+        nan, inf = nan + int(block.isnan().sum()), inf + int(block.isinf().sum())
+        where += [start + i for i in (~torch.isfinite(block)).any(-1).nonzero().flatten().tolist()]
+    if not nan and not inf:
+        return ""
+    rows_named = f" at {'expert' if t.ndim > 2 else 'row'} {where[:8]}" if t.ndim > 1 else ""
+    return f"({nan} NaN, {inf} Inf{rows_named})"
+
+
 def load_part_(model: nn.Module, ckpt: Checkpoint, prefix: str | None = None) -> int:
     "Load the checkpoint's tensors under `prefix` (None: everything outside the decoder layers) into `model`, strictly."
     layers = module_prefixes(model)
@@ -254,10 +326,19 @@ def load_part_(model: nn.Module, ckpt: Checkpoint, prefix: str | None = None) ->
         mismatched=sorted(map(str, info.mismatched_keys)),
         conversion_errors=sorted(info.conversion_errors),
     )
+    part = prefix or "(outside the layers)"
     if any(problems.values()):
         raise CheckpointError(
-            f"{ckpt.folder}: part {prefix or '(outside the layers)'} does not load strictly: "
-            + "; ".join(f"{k} {v[:6]}" for k, v in problems.items() if v)
+            f"{ckpt.folder}: part {part} does not load strictly: "
+            + "; ".join(f"{k} {v[:6]}" for k, v in problems.items() if v),
+            "mismatch",
+        )
+    bad = {k: non_finite(t) for k, t in model.state_dict().items() if k in expected}
+    bad = {k: v for k, v in bad.items() if v}
+    if bad:
+        raise CheckpointError(
+            f"{ckpt.folder}: NaN or Inf in part {part}: " + "; ".join(f"{k} {v}" for k, v in sorted(bad.items())[:6]),
+            "non_finite",
         )
     if prefix is None:
         model.tie_weights()
@@ -279,6 +360,14 @@ def release_(module: nn.Module) -> None:
     # glibc keeps freed heap pages (here ~8 MB a layer, measured): hand them back, or the resident size grows with depth
     if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
         _LIBC.malloc_trim(0)
+
+# %% ../nbs/00j_checkpoint.ipynb #05587f23
+def fault_record(model: str, phase: str, error: CheckpointError, **fields) -> dict:
+    "The record of a phase stopped by a checkpoint fault: its status from `FAULTS`, the fault and its reason."
+    fault = FAULTS[error.fault]
+    return phase_record(
+        model, phase, fault.status, fault=error.fault, fault_means=fault.means, reason=str(error), **fields
+    )
 
 # %% ../nbs/00j_checkpoint.ipynb #32bb97c7
 @contextmanager

@@ -51,6 +51,7 @@ from moe_bench.checkpoint import (
     Checkpoint,
     CheckpointError,
     checkpoint_record,
+    fault_record,
     holds,
     input_ids,
     layer_call_args,
@@ -1108,13 +1109,15 @@ def native_phase(
     try:
         ckpt = open_checkpoint(checkpoint or builtin_checkpoint(model))
         if not holds(ckpt, model):
-            raise CheckpointError(f"{ckpt.folder} holds a {ckpt.config.model_type} model, not {model}")
+            raise CheckpointError(f"{ckpt.folder} holds a {ckpt.config.model_type} model, not {model}", "wrong_model")
         family = native_family(ckpt.config)
         titan_values(ckpt.config, family)
-    except (CheckpointError, NativeUnsupported) as e:
+        ids_BL, source = input_ids(ckpt, seed=seed)
+        res = compare_native(ckpt, ids_BL)
+    except CheckpointError as e:  # the faults of FAULTS, with 3b's status for each
+        return fault_record(model, "native", e)
+    except NativeUnsupported as e:
         return phase_record(model, "native", "UNSUPPORTED", reason=str(e))
-    ids_BL, source = input_ids(ckpt, seed=seed)
-    res = compare_native(ckpt, ids_BL)
     verdict = native_verdict(res)
     applicable = [c for c in CONTROLS if c.applies(ckpt.config)]
     control_rows = [run_control(ckpt, ids_BL, c) for c in applicable] if controls else []

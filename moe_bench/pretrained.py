@@ -16,12 +16,13 @@ from moe_bench.checkpoint import (
     Checkpoint,
     CheckpointError,
     checkpoint_record,
+    fault_record,
     holds,
     input_ids,
     layer_call_args,
     load_part_,
-    model_logits,
     logits_of,
+    model_logits,
     module_prefixes,
     open_checkpoint,
     release_,
@@ -207,13 +208,13 @@ def pretrained_phase(
     try:
         ckpt = open_checkpoint(checkpoint or builtin_checkpoint(model))
         if not holds(ckpt, model):
-            raise CheckpointError(f"{ckpt.folder} holds a {ckpt.config.model_type} model, not {model}")
+            raise CheckpointError(f"{ckpt.folder} holds a {ckpt.config.model_type} model, not {model}", "wrong_model")
         lm = skeleton(ckpt.config)
         load_part_(lm, ckpt)  # the head stays loaded; the layers come and go
         ids_BL, source = input_ids(ckpt, seed=seed)
         res = compare_streams(lm, ckpt, ids_BL, conversion)
     except CheckpointError as e:
-        return phase_record(model, "pretrained", "UNSUPPORTED", reason=str(e)), {}
+        return fault_record(model, "pretrained", e), {}
     except Blocked as e:
         return phase_record(model, "pretrained", "BLOCKED", issues=str(e).split("; ")), {}
     logits = {"titan": logit_metrics(res["hf_logits"], res["titan_logits"])}

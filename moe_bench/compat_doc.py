@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -16,8 +17,8 @@ from .report_pages import write_pages
 from .sharding import REPLICATED_WHY
 
 # %% auto #0
-__all__ = ['PHASE_FILES', 'IN_SCOPE', 'PHASE_COLUMNS', 'INDEX_STYLE', 'INDEX_SCRIPT', 'load_records', 'summary_row',
-           'not_pass_reason', 'compat_doc', 'unexplained', 'index_html', 'write_docs']
+__all__ = ['PHASE_FILES', 'IN_SCOPE', 'PHASE_COLUMNS', 'INDEX_STYLE', 'INDEX_SCRIPT', 'load_records', 'summary_row', 'fig',
+           'reason_of', 'verdicts', 'not_pass_reason', 'compat_doc', 'unexplained', 'index_html', 'write_docs']
 
 # %% ../nbs/05_compat_doc.ipynb #2eb15785
 PHASE_FILES = ("probe", "config", "equivalence", "gap_analysis", "pretrained", "native", "parallelism")
@@ -83,6 +84,33 @@ def summary_row(model: str, recs: dict) -> dict:
         gap=gap.get("status", "not run"),
         parallelism=recs.get("parallelism", {}).get("status", "not run"),
     )
+
+# %% ../nbs/05_compat_doc.ipynb #cf344640
+def fig(x, spec: str = ".2e") -> str:
+    "A figure as the summary prints it: `spec` for a finite number, the word for anything else (`nan`, `inf`, None)."
+    return format(x, spec) if isinstance(x, (int, float)) and math.isfinite(x) else str(x)
+
+
+def reason_of(rec: dict) -> str:
+    "Why a phase did not pass, in a few words: the record's own reason, else what its figures say."
+    reason = (
+        rec.get("reason") or "; ".join(rec.get("issues") or []) or "".join((rec.get("error") or "").splitlines()[:1])
+    )
+    if reason or rec["phase"] != "equivalence":
+        return reason
+    words = [f"{dt} KL {fig(m['kl'])}" for dt, m in rec.get("metrics", {}).items() if m["status"] == "FAIL"]
+    control = rec.get("negative_control") or {}
+    if control and not control.get("caught", True):
+        words.append(f"the spec's KL missed its own control ({control['mapping']}: KL {fig(control['kl'])})")
+    if (rec.get("roundtrip") or {}).get("status", "PASS") != "PASS":
+        words.append("state-dict round trip failed")
+    return "; ".join(words)
+
+
+def verdicts(rec: dict) -> str:
+    "The strict and with-extension verdicts beside the spec's, where the record has them."
+    out = [f"strict {rec['status_strict']}"] if rec.get("status_strict") else []
+    return "; ".join(out + ([rec["status_with_extension"]] if rec.get("status_with_extension") else []))
 
 # %% ../nbs/05_compat_doc.ipynb #a4d3fa1d
 def _runs(v) -> str:
@@ -511,7 +539,11 @@ def _phase_cell(root: Path, model: str, phase: str, rec: dict | None) -> str:
         if (root / page).exists()
         else f"<span class='{st}'>{st}</span>"
     )
-    return f"<td>{label} <small><a href='{html.escape(model)}/{phase}.json'>json</a></small></td>"
+    said = "; ".join(
+        w for w in (verdicts(rec), reason_of(rec) if rec.get("status") not in ("PASS", "WARN") else "") if w
+    )
+    said = f"<br><small class='why'>{html.escape(said[:240])}</small>" if said else ""
+    return f"<td>{label} <small><a href='{html.escape(model)}/{phase}.json'>json</a></small>{said}</td>"
 
 
 def index_html(records: dict[str, dict[str, dict]], root: Path) -> str:

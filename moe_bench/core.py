@@ -22,7 +22,8 @@ from torch import nn
 # %% auto #0
 __all__ = ['REPO_ROOT', 'STATUS_ORDER', 'GOOD', 'NOT_APPLICABLE', 'reports_root', 'model_dir', 'write_json_atomic', 'read_json',
            'versions', 'peak_rss_gb', 'utc_now', 'randomize_', 'cast_copy', 'in_dtype', 'hidden_of', 'worst_status',
-           'phase_record', 'save_record', 'UndeclaredParameterError', 'refuse_undeclared_parameters', 'DropLogMessage']
+           'phase_record', 'save_record', 'worst_figure', 'where_not_finite', 'UndeclaredParameterError',
+           'refuse_undeclared_parameters', 'DropLogMessage']
 
 # %% ../nbs/00_core.ipynb #1aecf687
 REPO_ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
@@ -176,6 +177,19 @@ def phase_record(model: str, phase: str, status: str, **fields) -> dict:
 def save_record(record: dict, out_dir: str | os.PathLike = "") -> Path:
     "Write a phase record to `reports/<model>/<phase>.json`."
     return write_json_atomic(model_dir(record["model"], out_dir) / f"{record['phase']}.json", record)
+
+# %% ../nbs/00_core.ipynb #abb0136f
+def worst_figure(values) -> float | None:
+    "The largest of `values` (None skipped), NaN if any is NaN: a NaN anywhere is the worst figure, wherever it stands."
+    values = [float(v) for v in values if v is not None]
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return max(values, default=None)
+
+
+def where_not_finite(named: dict) -> list:
+    "The names in `named` (name -> figure) whose figure is NaN or infinite."
+    return [k for k, v in named.items() if v is not None and not math.isfinite(float(v))]
 
 # %% ../nbs/00_core.ipynb #3b9ef33f
 class UndeclaredParameterError(NameError):

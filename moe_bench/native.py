@@ -73,7 +73,15 @@ from moe_bench.compare import (
     rel_l2,
     routing_agreement,
 )
-from .core import cast_copy, hidden_of, peak_rss_gb, phase_record, worst_status
+from moe_bench.core import (
+    cast_copy,
+    hidden_of,
+    peak_rss_gb,
+    phase_record,
+    where_not_finite,
+    worst_figure,
+    worst_status,
+)
 from .extensions import InputDtypeGptOssExperts
 from .hf import moe_attr_name, moe_block, router_name
 from .replacement import SWIGLU_ALPHA, Float32Gate
@@ -85,10 +93,10 @@ __all__ = ['COMMON_FIELDS', 'MOE_FIELDS', 'EXPERTS', 'MLA_NORM_EPS', 'NATIVE', '
            'Requirement', 'NativeFamily', 'GptOssUnquantizedAdapter', 'gpt_oss_input_dtype_experts_', 'native_family',
            'titan_values', 'mapping_table', 'carry_eps_', 'titan_config', 'build_native', 'eager_flex',
            'attention_masks', 'hf_tensors', 'load_strict_', 'release_titan_', 'strip', 'titan_in', 'gate_float32_',
-           'ratio_figures', 'stage_outputs', 'compare_native', 'worst_ratios', 'first_divergence', 'native_verdict',
-           'interleave', 'deinterleave', 'permute_qk', 'swap_experts', 'swap_gate_up', 'zero_expert_bias',
-           'reshape_not_transpose', 'sinks_off', 'Control', 'run_control', 'random_checkpoint', 'random_controls',
-           'native_phase']
+           'ratio_figures', 'stage_outputs', 'compare_native', 'worst_ratios', 'not_finite', 'first_divergence',
+           'native_verdict', 'interleave', 'deinterleave', 'permute_qk', 'swap_experts', 'swap_gate_up',
+           'zero_expert_bias', 'reshape_not_transpose', 'sinks_off', 'Control', 'run_control', 'random_checkpoint',
+           'random_controls', 'failure_reason', 'native_phase']
 
 # %% ../nbs/07_native.ipynb #9cdd2c78
 class NativeUnsupported(ValueError):
@@ -872,35 +880,49 @@ def compare_native(
 
 # %% ../nbs/07_native.ipynb #3a8fb95e
 def worst_ratios(res: dict, dtype: str) -> dict:
-    "The worst ratio in `dtype` of the layers, the residual stream and the logits."
+    "The worst ratio in `dtype` of the layers, the residual stream and the logits; NaN where any is NaN."
     return dict(
-        layers=max(r[dtype]["ratio"] for r in res["layers"]),
-        stream=max(r[f"stream_{dtype}"]["ratio"] for r in res["layers"]),
+        layers=worst_figure(r[dtype]["ratio"] for r in res["layers"]),
+        stream=worst_figure(r[f"stream_{dtype}"]["ratio"] for r in res["layers"]),
         logits=res["logits"][dtype]["ratio"],
     )
 
 
+def not_finite(res: dict, dtype: str) -> list[str]:
+    "Where a `dtype` ratio is NaN or infinite: `layer N`, `layer N stream`, `logits`."
+    named = {f"layer {r['layer']}": r[dtype]["ratio"] for r in res["layers"]}
+    named |= {f"layer {r['layer']} stream": r[f"stream_{dtype}"]["ratio"] for r in res["layers"]}
+    return where_not_finite(named | {"logits": res["logits"][dtype]["ratio"]})
+
+
+def _past(ratio: float) -> bool:
+    return not ratio <= HF_RELATIVE  # NaN is past every bound
+
+
 def first_divergence(res: dict) -> dict | None:
-    "The first layer and sub-stage whose float32 ratio is past `HF_RELATIVE` (same input per layer), else the logits' or None."
+    "The first layer and sub-stage whose float32 ratio is past `HF_RELATIVE` or NaN (same input per layer), else the logits' or None."
     for r in res["layers"]:
         for stage, ratio in r.get("stages_float32", {}).items():
-            if ratio > HF_RELATIVE:
+            if _past(ratio):
                 return dict(layer=r["layer"], stage=stage, ratio=ratio)
-        if r["float32"]["ratio"] > HF_RELATIVE:
+        if _past(r["float32"]["ratio"]):
             return dict(layer=r["layer"], stage="layer", ratio=r["float32"]["ratio"])
     ratio = res["logits"]["float32"]["ratio"]
-    return dict(layer=None, stage="final norm and LM head", ratio=ratio) if ratio > HF_RELATIVE else None
+    return dict(layer=None, stage="final norm and LM head", ratio=ratio) if _past(ratio) else None
 
 
 def native_verdict(res: dict) -> dict:
-    "Status per dtype and overall, with the worst ratios and the float32 top-1 agreement."
+    "Status per dtype and overall, with the worst ratios, where any is NaN or Inf, and the float32 top-1 agreement."
     out = {}
     for dtype in res["logits"]:
         worst = worst_ratios(res, dtype)
-        ok = max(worst.values()) <= HF_RELATIVE
+        worst_ratio = worst_figure(worst.values())
+        ok = not _past(worst_ratio)
         if dtype == "float32":
             ok = ok and res["logits"]["float32"]["titan"]["top1_agreement"] == 1.0
-        out[dtype] = dict(status="PASS" if ok else "FAIL", worst_ratio=max(worst.values()), worst=worst)
+        out[dtype] = dict(
+            status="PASS" if ok else "FAIL", worst_ratio=worst_ratio, worst=worst, not_finite=not_finite(res, dtype)
+        )
     out["status"] = worst_status(*(v["status"] for v in out.values()))
     out["first_divergence"] = first_divergence(res)
     return out
@@ -1085,6 +1107,26 @@ def _summary(res: dict, verdict: dict) -> dict:
     )
 
 
+def failure_reason(verdict: dict, control_rows: list[dict]) -> str | None:
+    "Why the native phase fails, in a few words (None when it does not): where a ratio is NaN, the first divergence, a missed control."
+    words = []
+    for dtype in ("float32", "bfloat16"):
+        if verdict.get(dtype, {}).get("not_finite"):
+            words.append(f"{dtype} NaN/Inf at {', '.join(verdict[dtype]['not_finite'][:4])}")
+    d = verdict.get("first_divergence")
+    if d and not words:
+        words.append(
+            f"float32 first past {HF_RELATIVE:g}x HF's rounding at layer {d['layer']} {d['stage']} ({d['ratio']:.3g}x)"
+        )
+    for dtype in ("float32", "bfloat16"):
+        if not words and verdict.get(dtype, {}).get("status") == "FAIL":
+            words.append(f"{dtype} worst ratio {verdict[dtype]['worst_ratio']:.3g}x (top-1 or bound)")
+    missed = [r["control"] for r in control_rows if not r["caught"]]
+    if missed:
+        words.append(f"controls not caught: {', '.join(missed)}")
+    return "; ".join(words) or None
+
+
 def _home(cls: type) -> str:
     "Where a class lives: this module for the classes its notebook defines (run there, they are `__main__`'s)."
     return "moe_bench.native" if cls.__module__ == "__main__" else cls.__module__
@@ -1127,6 +1169,7 @@ def native_phase(
         model,
         "native",
         status,
+        reason=failure_reason(verdict, control_rows) if status != "PASS" else None,
         verdict=verdict,
         summary=_summary(res, verdict),
         family=dict(

@@ -5,6 +5,7 @@
 # %% ../nbs/03e_pretrained.ipynb #4748e91c
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -41,14 +42,14 @@ from moe_bench.compare import (
     strict,
     swap_gate_up,
 )
-from .core import hidden_of, peak_rss_gb, phase_record, worst_status
+from .core import hidden_of, peak_rss_gb, phase_record, where_not_finite, worst_figure, worst_status
 from .expression import EXPRESSIONS, expression_of
 from .hf import decoder_layers, moe_attr_name, moe_block
 from .moe_probe import probe_moe_block
 from .trained import TRAINED, builtin_checkpoint
 
 # %% auto #0
-__all__ = ['PRETRAINED_KL', 'check_moe_layer', 'Blocked', 'compare_streams', 'pretrained_phase']
+__all__ = ['PRETRAINED_KL', 'check_moe_layer', 'Blocked', 'compare_streams', 'failure_reason', 'pretrained_phase']
 
 # %% ../nbs/03e_pretrained.ipynb #12b3f208
 PRETRAINED_KL = WARN_KL  # the spec's 3b rule: KL < 1e-3
@@ -176,6 +177,10 @@ def compare_streams(
     )
 
 # %% ../nbs/03e_pretrained.ipynb #b60013ce
+def _nan_first(x: float) -> float:
+    return math.inf if math.isnan(x) else x
+
+
 def _summary(layers: list[dict]) -> dict:
     moe = [r for r in layers if r["kind"] == "moe"]
     return dict(
@@ -184,9 +189,33 @@ def _summary(layers: list[dict]) -> dict:
         spec=worst_status(*[r["bfloat16"]["status"] for r in moe]) if moe else "n/a",
         strict=worst_status(*[r["bfloat16"]["strict"] for r in moe]) if moe else "n/a",
         controls_caught=all(r["negative_control"]["caught"] for r in moe),
-        worst_kl_bfloat16=max((r["bfloat16"]["kl"] for r in moe), default=None),
-        worst_rel_err_bfloat16=max((r["bfloat16"]["titan_rel_err"] for r in moe), default=None),
+        worst_kl_bfloat16=worst_figure(r["bfloat16"]["kl"] for r in moe),
+        worst_kl_layer=max(moe, key=lambda r: _nan_first(r["bfloat16"]["kl"]))["layer"] if moe else None,
+        worst_rel_err_bfloat16=worst_figure(r["bfloat16"]["titan_rel_err"] for r in moe),
+        not_finite=where_not_finite(
+            {f"layer {r['layer']} {dt}": r[dt]["kl"] for r in moe for dt in ("bfloat16", "float32") if dt in r}
+            | {f"layer {r['layer']} residual": r["residual"]["max_diff"] for r in layers}
+        ),
     )
+
+
+def failure_reason(summary: dict, logits: dict, status_strict: str) -> str | None:
+    "Why 3b does not pass, in a few words: where a figure is NaN, the worst layer's KL against the spec's bound, the logits, a missed control."
+    words = []
+    if summary["not_finite"]:
+        words.append(f"NaN/Inf at {', '.join(summary['not_finite'][:4])}")
+    if summary["spec"] not in ("PASS", "n/a") and not summary["not_finite"]:
+        words.append(
+            f"spec: bfloat16 KL {summary['worst_kl_bfloat16']:.2e} at layer {summary['worst_kl_layer']} "
+            f"(PASS < 1e-6, WARN < {WARN_KL:g})"
+        )
+    if logits["titan"]["status"] != "PASS":
+        words.append(f"logits token KL {logits['titan']['token_kl_mean']:.2e} (PASS < {PRETRAINED_KL:g})")
+    if not summary["controls_caught"]:
+        words.append("the gate/up control was not caught")
+    if words:
+        words.append(f"strict verdict {status_strict}")
+    return "; ".join(words) or None
 
 
 def pretrained_phase(
@@ -254,6 +283,7 @@ def pretrained_phase(
         if held
         else f"{status} with extension {'+'.join(e for e in expressions if e not in own)}",
         status_strict=worst_status(*strict_parts),
+        reason=failure_reason(summary, logits, worst_status(*strict_parts)),
         expressions=expressions,
         checkpoint=checkpoint_record(ckpt),
         input=dict(source=source, shape=list(ids_BL.shape)),

@@ -18,7 +18,7 @@ import papermill
 from tqdm.auto import tqdm
 
 from .checkpoint import HUB_ID, CheckpointError, open_checkpoint
-from .compat_doc import write_docs
+from .compat_doc import fig, reason_of, verdicts, write_docs
 from .config import config_phase
 from moe_bench.core import (
     GOOD,
@@ -190,34 +190,36 @@ def run_model(
 
 
 def summary_line(rec: dict) -> str:
-    "One line per phase record for the terminal."
+    "One line per phase record for the terminal: status, figures, the other verdicts, and why it did not pass."
     extra = ""
     if rec["phase"] == "equivalence" and "metrics" in rec:
         extra = "  " + "  ".join(
-            f"{dt}: {m['status']} kl={m['kl']:.2e} max_diff={m['max_diff']:.2e}" for dt, m in rec["metrics"].items()
+            f"{dt}: {m['status']} kl={fig(m['kl'])} max_diff={fig(m['max_diff'])}" for dt, m in rec["metrics"].items()
         )
     if rec["phase"] == "gap_analysis" and "tables" in rec:
         extra = "  " + "  ".join(
-            f"{dt}: max_diff {t[0]['max_diff']:.2e} -> {t[-1]['max_diff']:.2e}" for dt, t in rec["tables"].items()
+            f"{dt}: max_diff {fig(t[0]['max_diff'])} -> {fig(t[-1]['max_diff'])}" for dt, t in rec["tables"].items()
         )
     if rec["phase"] == "pretrained" and "logits" in rec:
         lg, sm = rec["logits"]["titan"], rec["summary"]
         extra = (
-            f"  {sm['moe_layers']} MoE layers; logits: token KL {lg['token_kl_mean']:.2e}, top-1 {lg['top1_agreement']:.1%}"
-            f"; strict {rec['status_strict']}"
+            f"  {sm['moe_layers']} MoE layers; logits: token KL {fig(lg['token_kl_mean'])}, top-1 "
+            f"{fig(lg['top1_agreement'], '.1%')}"
         )
     if rec["phase"] == "native" and "summary" in rec:
         sm = rec["summary"]
         extra = (
-            f"  worst ratio float32 {sm['worst_ratio_float32']:.2f} (top-1 {sm['top1_float32']:.1%}), bfloat16 "
-            f"{sm['worst_ratio_bfloat16']:.2f}; controls caught: {rec['controls_caught']}"
+            f"  worst ratio float32 {fig(sm['worst_ratio_float32'], '.2f')} (top-1 {fig(sm['top1_float32'], '.1%')}), "
+            f"bfloat16 {fig(sm['worst_ratio_bfloat16'], '.2f')}; controls caught: {rec['controls_caught']}"
         )
     if rec["phase"] == "parallelism" and "configs" in rec:
         extra = "  " + "  ".join(f"{c['name']}: {c['status']}" for c in rec["configs"])
-    reason = rec.get("reason") or "; ".join(rec.get("issues") or []) or (rec.get("error") or "").splitlines()[:1]
-    reason = reason if isinstance(reason, str) else "".join(reason)
-    return f"{rec['phase']:<13} {rec['status']:<8}{extra}" + (
-        f"  ({reason})" if reason and rec["status"] not in GOOD else ""
+    also = verdicts(rec)
+    reason = reason_of(rec) if rec["status"] not in GOOD else ""
+    return (
+        f"{rec['phase']:<13} {rec['status']:<8}{extra}"
+        + (f"  [{also}]" if also else "")
+        + (f"  ({reason})" if reason else "")
     )
 
 

@@ -122,6 +122,96 @@ def test_bad_checkpoint_is_a_status(small_checkpoint, tmp_path, reports_tmp, def
     )  # nothing written for a refused folder
 
 
+# --- faults: one table (FAULTS), the same status and exit code in 3b and native ------------------------------------
+def _nan_expert(folder):
+    "One NaN in one expert's down projection of layer 1, as a bad conversion or a cut download leaves it."
+    from safetensors.torch import load_file, save_file
+
+    for shard in sorted(folder.glob("model-*.safetensors")):
+        sd = load_file(shard)
+        key = next((k for k in sd if k.startswith("model.layers.1.") and "down_proj" in k), None)
+        if key:
+            sd[key][1 if sd[key].ndim == 3 else 0].view(-1)[5] = float("nan")
+            save_file(sd, shard, metadata={"format": "pt"})
+            return
+
+
+def _shard_path(name_of):
+    "An index naming one shard by another path, the file copied there: the workbench must not read it."
+
+    def change(folder):
+        raw = json.loads((folder / INDEX).read_text())
+        shard = _shard(folder)
+        target = name_of(folder, shard)
+        dest = (folder / target) if not os.path.isabs(target) else type(folder)(target)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(folder / shard, dest)
+        raw["weight_map"] = {k: (target if v == shard else v) for k, v in raw["weight_map"].items()}
+        (folder / INDEX).write_text(json.dumps(raw))
+
+    return change
+
+
+def _linked_out(folder):
+    shard = folder / _shard(folder)
+    moved = folder.parent / "elsewhere" / shard.name
+    moved.parent.mkdir(exist_ok=True)
+    shutil.move(shard, moved)
+    shard.symlink_to(moved)
+
+
+def _expert_count(folder):
+    raw = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(raw | {"num_local_experts": raw["num_local_experts"] // 2}))
+
+
+FAULTY = {  # defect -> (change, status, words the reason must hold)
+    "a NaN in one expert": (_nan_expert, "FAIL", "NaN"),
+    "a shard path through '..'": (
+        _shard_path(lambda f, s: f"../outside/{s}"),
+        "UNSUPPORTED",
+        "not a file of the folder",
+    ),
+    "a shard that links out of the folder": (_linked_out, "UNSUPPORTED", "outside the folder"),
+    "an absolute shard path": (
+        _shard_path(lambda f, s: str(f.parent / "elsewhere" / s)),
+        "UNSUPPORTED",
+        "not a file of the folder",
+    ),
+    "an expert count the weights disagree with": (_expert_count, "UNSUPPORTED", "does not load strictly"),
+}
+
+
+@pytest.mark.parametrize("defect", list(FAULTY))
+def test_a_fault_has_one_status_in_both_phases(small_checkpoint, tmp_path, defect):
+    from moe_bench.native import native_phase
+    from moe_bench.runner import exit_code, summary_line
+
+    change, status, says = FAULTY[defect]
+    folder = _copy(small_checkpoint, tmp_path, change)
+    rec_3b, _ = pretrained_phase("qwen3_moe", str(folder))
+    rec_native = native_phase("qwen3_moe", str(folder), controls=False)
+    for rec in (rec_3b, rec_native):
+        assert rec["status"] == status and says in rec["reason"], rec
+        assert summary_line(rec)  # every figure the record holds prints
+    assert rec_3b["fault"] == rec_native["fault"] and exit_code([rec_3b]) == exit_code([rec_native])
+    if defect == "a NaN in one expert":  # the tensor is named, with its layer and expert
+        assert "model.layers.1." in rec_3b["reason"] and "down_proj" in rec_3b["reason"], rec_3b["reason"]
+
+
+def test_use_cache_true_as_published(small_checkpoint, tmp_path):
+    "A config.json as every published checkpoint has it (use_cache true): both phases run with no KV cache and PASS."
+    from moe_bench.native import native_phase
+
+    def published(folder):
+        raw = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(raw | {"use_cache": True}))
+
+    folder = _copy(small_checkpoint, tmp_path, published)
+    assert pretrained_phase("qwen3_moe", str(folder))[0]["status"] == "PASS"
+    assert native_phase("qwen3_moe", str(folder), controls=False)["status"] == "PASS"
+
+
 def test_hub_id_is_refused(reports_tmp):
     proc = subprocess.run(
         ["moe-bench", "run", "qwen3_moe", "--checkpoint", "Qwen/Qwen3-30B-A3B"],

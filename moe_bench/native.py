@@ -794,7 +794,10 @@ def compare_native(
     hf_lm, titan = skeleton(ckpt.config), build_native(cfg)
     adapter = family.adapter(cfg, None)  # the checkpoint is read here, not through the adapter's storage reader
     load_part_(hf_lm, ckpt)  # HF's head stays loaded; its layers come and go
-    head = adapter.from_hf(hf_tensors(ckpt, None))
+    outside = hf_tensors(ckpt, None)
+    head = adapter.from_hf(dict(outside))
+    # torchtitan's adapters copy a tied head from the embedding in every call, a layer's too: give them the embedding
+    tied = {k: outside[k] for k in ("model.embed_tokens.weight",) if values.get("enable_weight_tying") and k in outside}
     for name in ("tok_embeddings", "norm", "lm_head"):
         load_strict_(getattr(titan, name), strip(head, f"{name}."), name)
     leftover = sorted(k for k in head if k.split(".")[0] not in ("tok_embeddings", "norm", "lm_head"))
@@ -812,7 +815,7 @@ def compare_native(
         h32 = hidden_of(output)
         for dt in (FLOAT64, BFLOAT16):
             streams.setdefault(("hf", dt), h_in.to(dt))
-        state = strip(adapter.from_hf(hf_tensors(ckpt, index)), f"layers.{index}.")
+        state = strip(adapter.from_hf(hf_tensors(ckpt, index) | tied), f"layers.{index}.")
         if transform is not None:
             state = transform(state, values)
         t32 = gate_float32_(load_strict_(titan.layers[str(index)], state, f"layer {index}"))
@@ -1107,7 +1110,7 @@ def _summary(res: dict, verdict: dict) -> dict:
     )
 
 
-def failure_reason(verdict: dict, control_rows: list[dict]) -> str | None:
+def failure_reason(verdict: dict, control_rows: list[dict], layers: list[dict] = ()) -> str | None:
     "Why the native phase fails, in a few words (None when it does not): where a ratio is NaN, the first divergence, a missed control."
     words = []
     for dtype in ("float32", "bfloat16"):
@@ -1121,6 +1124,12 @@ def failure_reason(verdict: dict, control_rows: list[dict]) -> str | None:
     for dtype in ("float32", "bfloat16"):
         if not words and verdict.get(dtype, {}).get("status") == "FAIL":
             words.append(f"{dtype} worst ratio {verdict[dtype]['worst_ratio']:.3g}x (top-1 or bound)")
+            words += [
+                f"{dtype} routing differs at layer {r['layer']} (agreement {r[dtype]['routing_agreement']:.1%}, "
+                f"ratio {r[dtype]['ratio']:.3g}x)"
+                for r in layers
+                if _past(r[dtype]["ratio"]) and (r[dtype].get("routing_agreement") or 1.0) < 1.0
+            ]
     missed = [r["control"] for r in control_rows if not r["caught"]]
     if missed:
         words.append(f"controls not caught: {', '.join(missed)}")
@@ -1169,7 +1178,7 @@ def native_phase(
         model,
         "native",
         status,
-        reason=failure_reason(verdict, control_rows) if status != "PASS" else None,
+        reason=failure_reason(verdict, control_rows, res["layers"]) if status != "PASS" else None,
         verdict=verdict,
         summary=_summary(res, verdict),
         family=dict(

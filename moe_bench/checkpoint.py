@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from huggingface_hub import constants, snapshot_download
+from huggingface_hub.errors import LocalEntryNotFoundError
 from safetensors import safe_open
 from torch import nn
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
@@ -32,9 +34,10 @@ from .hf import build_model, decoder_layers, text_config
 
 # %% auto #0
 __all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'CACHE_ARGUMENTS', 'CheckpointError', 'Fault', 'Checkpoint',
-           'shard_keys', 'containment_root', 'inside', 'open_checkpoint', 'held_out_text', 'input_ids', 'holds',
-           'checkpoint_training', 'checkpoint_record', 'skeleton', 'module_prefixes', 'non_finite', 'load_part_',
-           'release_', 'fault_record', 'streamed', 'layer_call_args', 'model_logits', 'logits_of']
+           'shard_keys', 'containment_root', 'inside', 'cached_snapshot', 'local_folder', 'open_checkpoint',
+           'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_record', 'skeleton',
+           'module_prefixes', 'non_finite', 'load_part_', 'release_', 'fault_record', 'streamed', 'layer_call_args',
+           'model_logits', 'logits_of']
 
 # %% ../nbs/00j_checkpoint.ipynb #64c0ac44
 class CheckpointError(ValueError):
@@ -187,15 +190,30 @@ def _check_shards(folder: Path, weight_map: dict[str, str]) -> None:
             raise CheckpointError(f"{folder}: {INDEX} puts {lost[:5]} in {shard}, which does not hold them")
 
 
-def open_checkpoint(path: str | Path) -> Checkpoint:
-    "Check a local checkpoint folder and open it lazily; a `CheckpointError` says what is wrong with it."
+def cached_snapshot(hub_id: str, cache_dir: str | Path | None = None) -> Path:
+    "The folder of `hub_id`'s snapshot in the local Hugging Face cache (`HF_HUB_CACHE`, `HF_HOME`, the default), found offline by `huggingface_hub`'s own lookup; `CheckpointError` naming the download command if none is cached."
+    try:
+        return Path(snapshot_download(repo_id=hub_id, local_files_only=True, cache_dir=cache_dir))
+    except (LocalEntryNotFoundError, OSError, ValueError) as e:
+        raise CheckpointError(
+            f"{hub_id!r}: no snapshot of it in the local Hugging Face cache ({cache_dir or constants.HF_HUB_CACHE}), and nothing "
+            f"here downloads. Where a network is, run `hf download {hub_id}` with the same HF_HOME / HF_HUB_CACHE, "
+            f"or download the folder and pass its path ({type(e).__name__})"
+        ) from None
+
+
+def local_folder(path: str | Path, cache_dir: str | Path | None = None) -> Path:
+    "The folder `path` names: itself, or for a hub id that is no folder here its cached snapshot; a URL is refused."
     text = str(path)
     folder = Path(text).expanduser()
-    if "://" in text or (HUB_ID.match(text) and not folder.exists()):
-        raise CheckpointError(
-            f"{text!r} looks like a hub id or URL: no hub is reachable here. Download the folder "
-            "(config.json, *.safetensors, the tokenizer) and pass its path"
-        )
+    if "://" in text:
+        raise CheckpointError(f"{text!r} is a URL: no hub is reachable here; download the folder and pass its path")
+    return cached_snapshot(text, cache_dir) if HUB_ID.match(text) and not folder.exists() else folder
+
+
+def open_checkpoint(path: str | Path, cache_dir: str | Path | None = None) -> Checkpoint:
+    "Check a local checkpoint folder (or a hub id's cached snapshot) and open it lazily; a `CheckpointError` says what is wrong with it."
+    folder = local_folder(path, cache_dir)
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: no such folder")
     if not (folder / "config.json").is_file():

@@ -17,7 +17,7 @@ from pathlib import Path
 import papermill
 from tqdm.auto import tqdm
 
-from .checkpoint import HUB_ID, CheckpointError, open_checkpoint
+from .checkpoint import HUB_ID, CheckpointError, local_folder, open_checkpoint
 from .compat_doc import fig, reason_of, verdicts, write_docs
 from .config import config_phase
 from moe_bench.core import (
@@ -393,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         return _refused("name a model, or use --all")
     try:
         phases = parse_phases(args.phases or ("3b" if args.checkpoint else "1-4"))
+        if HUB_ID.match(args.model) or "://" in args.model:  # a hub id: its snapshot in the local cache, or refused
+            args.model = str(local_folder(args.model))
         check_model(args.model)
         if args.checkpoint:
             open_checkpoint(args.checkpoint)  # refused here, before any phase, with its reason

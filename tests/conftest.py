@@ -12,4 +12,6 @@ def reports_tmp(tmp_path, monkeypatch):
     "Point $MOE_BENCH_REPORTS at a fresh folder for each test."
     root = tmp_path / "reports"
     monkeypatch.setenv("MOE_BENCH_REPORTS", str(root))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf_cache"))  # a subprocess's Hugging Face cache: empty
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return root

@@ -212,14 +212,30 @@ def test_use_cache_true_as_published(small_checkpoint, tmp_path):
     assert native_phase("qwen3_moe", str(folder), controls=False)["status"] == "PASS"
 
 
-def test_hub_id_is_refused(reports_tmp):
-    proc = subprocess.run(
-        ["moe-bench", "run", "qwen3_moe", "--checkpoint", "Qwen/Qwen3-30B-A3B"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2 and "no hub" in proc.stderr and "Traceback" not in proc.stderr
+def _hub_cache(cache, hub_id, folder):
+    "A Hugging Face cache holding `folder` as `hub_id`'s snapshot, laid out as huggingface_hub writes it."
+    repo = cache / f"models--{hub_id.replace('/', '--')}"
+    commit = "1" * 40
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    for p in folder.iterdir():
+        shutil.copy(p, repo / "blobs" / p.name)
+        (snap / p.name).symlink_to(os.path.relpath(repo / "blobs" / p.name, snap))
+    return snap
+
+
+def test_hub_id_through_the_local_cache(small_checkpoint, tmp_path, reports_tmp):
+    "A hub id is its snapshot in the local cache (HF_HUB_CACHE here), found offline; without one, the download command."
+    hub_id = "Qwen/Qwen3-30B-A3B"
+    argv = ["moe-bench", "run", "qwen3_moe", "--checkpoint", hub_id, "--no-progress"]
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and f"hf download {hub_id}" in refused.stderr and "Traceback" not in refused.stderr
+    _hub_cache(tmp_path / "hf_cache", hub_id, small_checkpoint)  # the cache conftest points HF_HUB_CACHE at
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0 and "pretrained    PASS" in ran.stdout, ran.stdout + ran.stderr[-2000:]
 
 
 def test_small_checkpoint_streams_and_is_explained(small_checkpoint):

@@ -5,6 +5,7 @@
 # %% ../nbs/00i_trained.ipynb #db196cde
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -28,9 +29,10 @@ from .hf import build_model, decoder_layers, moe_block, moe_layer_indices, route
 # %% auto #0
 __all__ = ['CORPUS_NAME', 'CORPUS_DOCUMENTS', 'CORPUS', 'VOCAB_SIZE', 'EOS_TOKEN', 'PAD_TOKEN', 'EOS_ID', 'PAD_ID', 'SEQ_LEN',
            'SMALL', 'EXPERTS', 'EXPERT_WIDTH', 'DENSE_WIDTH', 'TRAINED', 'CONFIG_TYPES', 'LR', 'BATCH_SIZE',
-           'GRAD_CLIP', 'BIAS_UPDATE_RATE', 'TRAINING_STEPS', 'train_tokenizer', 'corpus_ids',
+           'GRAD_CLIP', 'BIAS_UPDATE_RATE', 'TRAINING_STEPS', 'MANIFEST', 'train_tokenizer', 'corpus_ids',
            'UnknownTrainedModelError', 'trained_config', 'sample_batch', 'correction_bias_routers',
-           'update_correction_bias_', 'TrainingRun', 'train', 'save_checkpoint', 'read_run', 'checkpoints_root',
+           'update_correction_bias_', 'TrainingRun', 'train', 'CheckpointDigestError', 'checkpoint_digests',
+           'write_manifest', 'verify_checkpoint', 'save_checkpoint', 'read_run', 'checkpoints_root',
            'builtin_checkpoint']
 
 # %% ../nbs/00i_trained.ipynb #6a342a0d
@@ -343,6 +345,50 @@ def train(
     )
     return model.eval(), tokenizer, run
 
+# %% ../nbs/00i_trained.ipynb #b7e4a913
+MANIFEST = "MANIFEST.sha256"
+
+
+class CheckpointDigestError(ValueError):
+    "A checkpoint folder whose files do not match its `MANIFEST.sha256`."
+
+
+def checkpoint_digests(folder: str | Path) -> dict[str, str]:
+    "File name (relative to `folder`) -> SHA-256 hex digest, for every file but the manifest, in sorted name order."
+    folder = Path(folder)
+    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    return {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in names if n != MANIFEST}
+
+
+def write_manifest(folder: str | Path) -> Path:
+    "Write the `MANIFEST.sha256` of the files now in `folder`; its path."
+    path = Path(folder) / MANIFEST
+    path.write_text("".join(f"{digest}  {name}\n" for name, digest in checkpoint_digests(folder).items()))
+    return path
+
+
+def verify_checkpoint(folder: str | Path) -> None:
+    "Raise `CheckpointDigestError` naming each file of `folder` that is changed, missing or not in its manifest."
+    folder = Path(folder)
+    remedy = (
+        f"rebuild it with `python scripts/train_checkpoints.py --force {folder.name}` "
+        f"or restore the committed one with `git checkout -- checkpoints/{folder.name}`"
+    )
+    if not (folder / MANIFEST).is_file():
+        raise CheckpointDigestError(f"checkpoint {folder} has no {MANIFEST}: {remedy}")
+    lines = (folder / MANIFEST).read_text().splitlines()
+    expected = {name: digest for digest, _, name in (line.partition("  ") for line in lines)}
+    actual = checkpoint_digests(folder)
+    problems = [
+        *(f"{n} changed" for n in expected if n in actual and actual[n] != expected[n]),
+        *(f"{n} missing" for n in expected if n not in actual),
+        *(f"{n} not in the manifest" for n in actual if n not in expected),
+    ]
+    if problems:
+        raise CheckpointDigestError(
+            f"checkpoint {folder} does not match its {MANIFEST} ({'; '.join(problems)}): {remedy}"
+        )
+
 # %% ../nbs/00i_trained.ipynb #0fee7741
 def save_checkpoint(
     model: nn.Module,
@@ -356,6 +402,7 @@ def save_checkpoint(
     model.save_pretrained(folder, max_shard_size=max_shard_size)
     tokenizer.save_pretrained(folder)
     (folder / "training.json").write_text(json.dumps(asdict(run), indent=1) + "\n")
+    write_manifest(folder)
     return folder
 
 
@@ -375,11 +422,12 @@ def builtin_checkpoint(
     root: str | Path | None = None,  # None: `checkpoints_root()`
     force: bool = False,  # rebuild even if present
 ) -> Path:
-    "The folder of `model_type`'s built-in trained checkpoint, trained and saved first if absent."
+    "The verified folder of `model_type`'s built-in trained checkpoint, trained and saved first if absent."
     trained_config(model_type)  # an unknown model type fails here, before anything is written
     root = Path(root) if root is not None else checkpoints_root()
     folder = root / model_type
     if folder.is_dir() and not force:
+        verify_checkpoint(folder)
         return folder
     root.mkdir(parents=True, exist_ok=True)
     stamp = f"{os.getpid()}-{time.time_ns()}"  # hidden siblings, unique to this build
@@ -388,6 +436,7 @@ def builtin_checkpoint(
     try:
         save_checkpoint(*train(model_type), building)
         if folder.is_dir() and not force:  # another process finished first: keep its checkpoint
+            verify_checkpoint(folder)
             return folder
         if folder.is_dir():  # force: move the old checkpoint aside, then rename the new one into place
             folder.rename(retired)

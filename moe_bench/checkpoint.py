@@ -29,15 +29,15 @@ from transformers.modeling_utils import LoadStateDictConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import logging as hf_logging
 
-from .core import phase_record
+from .core import REPO_ROOT, phase_record
 from .hf import build_model, decoder_layers, text_config
 
 # %% auto #0
 __all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'CACHE_ARGUMENTS', 'CheckpointError', 'Fault', 'Checkpoint',
            'shard_keys', 'containment_root', 'inside', 'cached_snapshot', 'local_folder', 'open_checkpoint',
-           'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_record', 'skeleton',
-           'module_prefixes', 'non_finite', 'load_part_', 'release_', 'fault_record', 'streamed', 'layer_call_args',
-           'model_logits', 'logits_of']
+           'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_name', 'checkpoint_record',
+           'skeleton', 'module_prefixes', 'non_finite', 'load_part_', 'release_', 'fault_record', 'streamed',
+           'layer_call_args', 'model_logits', 'logits_of']
 
 # %% ../nbs/00j_checkpoint.ipynb #64c0ac44
 class CheckpointError(ValueError):
@@ -265,10 +265,21 @@ def checkpoint_training(ckpt: Checkpoint) -> dict | None:
     )
 
 
+def checkpoint_name(folder: Path) -> str:
+    "How a record names a checkpoint folder, the same on every machine: its path in the repository, `org/name@commit` for a snapshot in the HF cache, else the folder's name."
+    folder = Path(folder).resolve()
+    if folder.is_relative_to(REPO_ROOT):
+        return str(folder.relative_to(REPO_ROOT))
+    repo = containment_root(folder)
+    if repo != folder and repo.name.startswith("models--"):
+        return f"{repo.name.removeprefix('models--').replace('--', '/', 1)}@{folder.name[:12]}"
+    return folder.name
+
+
 def checkpoint_record(ckpt: Checkpoint) -> dict:
-    "What a phase's record says of the checkpoint it ran on: folder, model type, shards, tensors, training."
+    "What a phase's record says of the checkpoint it ran on: folder (as `checkpoint_name` names it), model type, shards, tensors, training."
     return dict(
-        folder=str(ckpt.folder),
+        folder=checkpoint_name(ckpt.folder),
         model_type=ckpt.config.model_type,
         shards=len(set(ckpt.weight_map.values())),
         tensors=len(ckpt.weight_map),

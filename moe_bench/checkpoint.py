@@ -9,6 +9,7 @@ import ctypes
 import ctypes.util
 import importlib
 import json
+import math
 import re
 import sys
 import textwrap
@@ -33,11 +34,12 @@ from .core import REPO_ROOT, phase_record
 from .hf import build_model, decoder_layers, text_config
 
 # %% auto #0
-__all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'CACHE_ARGUMENTS', 'CheckpointError', 'Fault', 'Checkpoint',
-           'shard_keys', 'containment_root', 'inside', 'cached_snapshot', 'local_folder', 'open_checkpoint',
-           'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_name', 'checkpoint_record',
-           'skeleton', 'module_prefixes', 'non_finite', 'load_part_', 'release_', 'fault_record', 'streamed',
-           'layer_call_args', 'model_logits', 'logits_of']
+__all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'LAYER_KEY', 'CACHE_ARGUMENTS', 'CheckpointError', 'Fault',
+           'Checkpoint', 'shard_keys', 'shard_header', 'containment_root', 'inside', 'cached_snapshot', 'local_folder',
+           'open_checkpoint', 'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_name',
+           'checkpoint_record', 'skeleton', 'module_prefixes', 'non_finite', 'load_part_', 'release_', 'fault_record',
+           'parameter_counts', 'available_gb', 'guard_memory', 'streamed', 'layer_call_args', 'model_logits',
+           'logits_of']
 
 # %% ../nbs/00j_checkpoint.ipynb #64c0ac44
 class CheckpointError(ValueError):
@@ -70,6 +72,11 @@ FAULTS = {  # one table for 3b and native: the same bad input, the same status (
         "another shape: e.g. a config whose expert count disagrees with the weights)",
     ),
     "non_finite": Fault(status="FAIL", means="a tensor holds NaN or Inf: no comparison of it can pass"),
+    "too_large": Fault(
+        status="UNSUPPORTED",
+        means="one decoder layer in the dtypes the phase compares, with the embeddings and head, needs more memory "
+        "than this machine has free (the refusal gives the arithmetic)",
+    ),
 }
 
 
@@ -115,6 +122,11 @@ class Checkpoint:
 
 def shard_keys(path: Path) -> set[str]:
     "The tensor names a safetensors file holds, read from its header alone (no mapping: nothing else is touched)."
+    return set(shard_header(path))
+
+
+def shard_header(path: Path) -> dict[str, dict]:
+    "Tensor name -> its dtype, shape and offsets, from a safetensors file's header; a file cut short is refused."
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(8)
@@ -129,7 +141,7 @@ def shard_keys(path: Path) -> set[str]:
     end = 8 + n + max((v["data_offsets"][1] for v in tensors.values()), default=0)
     if size < end:
         raise CheckpointError(f"{path}: truncated: {size} bytes, its header describes {end}")
-    return set(tensors)
+    return tensors
 
 
 def _config(folder: Path) -> PretrainedConfig:
@@ -397,6 +409,50 @@ def fault_record(model: str, phase: str, error: CheckpointError, **fields) -> di
     return phase_record(
         model, phase, fault.status, fault=error.fault, fault_means=fault.means, reason=str(error), **fields
     )
+
+# %% ../nbs/00j_checkpoint.ipynb #d451068d
+LAYER_KEY = re.compile(r"^(?:model\.)?(?:language_model\.)?layers\.(\d+)\.")
+
+
+def parameter_counts(ckpt: Checkpoint) -> tuple[dict[int, int], int]:
+    "Parameters per decoder layer (by its index) and outside the layers, counted from the shard headers."
+    per_layer, outside = {}, 0
+    for shard in sorted(set(ckpt.weight_map.values())):
+        for key, t in shard_header(ckpt.folder / shard).items():
+            n, m = math.prod(t["shape"]), LAYER_KEY.match(key)
+            if m:
+                per_layer[int(m.group(1))] = per_layer.get(int(m.group(1)), 0) + n
+            else:
+                outside += n
+    return per_layer, outside
+
+
+def available_gb() -> float:
+    "Memory the kernel can give now (MemAvailable), in GB; infinite where /proc/meminfo is not there."
+    try:
+        line = next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return math.inf
+    return int(line.split()[1]) * 1024 / 1e9
+
+
+def guard_memory(
+    ckpt: Checkpoint, layer_bytes: int, outside_bytes: int, what: str, free_gb: float | None = None
+) -> dict:
+    "Refuse (`CheckpointError`, fault `too_large`) where the largest layer x `layer_bytes` per parameter plus the rest x `outside_bytes` exceeds the memory free; else the figures."
+    per_layer, outside = parameter_counts(ckpt)
+    largest = max(per_layer, key=per_layer.get, default=None)
+    layer_gb = per_layer.get(largest, 0) * layer_bytes / 1e9
+    rest_gb = outside * outside_bytes / 1e9
+    free_gb = available_gb() if free_gb is None else free_gb
+    if layer_gb + rest_gb > free_gb:
+        raise CheckpointError(
+            f"{ckpt.folder}: too large for this machine: layer {largest} has {per_layer[largest] / 1e9:.2f} G parameters"
+            f" x {layer_bytes} bytes ({what}) = {layer_gb:.1f} GB, plus embeddings and head {outside / 1e9:.2f} G x "
+            f"{outside_bytes} bytes = {rest_gb:.1f} GB: {layer_gb + rest_gb:.1f} GB > {free_gb:.1f} GB free",
+            "too_large",
+        )
+    return dict(layer=largest, layer_gb=round(layer_gb, 3), rest_gb=round(rest_gb, 3), free_gb=round(free_gb, 3))
 
 # %% ../nbs/00j_checkpoint.ipynb #32bb97c7
 @contextmanager

@@ -52,6 +52,7 @@ from moe_bench.checkpoint import (
     CheckpointError,
     checkpoint_record,
     fault_record,
+    guard_memory,
     holds,
     input_ids,
     layer_call_args,
@@ -1161,6 +1162,9 @@ def native_phase(
         ckpt = open_checkpoint(checkpoint or builtin_checkpoint(model))
         if not holds(ckpt, model):
             raise CheckpointError(f"{ckpt.folder} holds a {ckpt.config.model_type} model, not {model}", "wrong_model")
+        memory = guard_memory(
+            ckpt, 16, 8, "HF's layer in float32 and its float64 reference, Titan's in float32"
+        )  # embeddings and head: HF's and Titan's in float32
         family = native_family(ckpt.config)
         titan_values(ckpt.config, family)
         ids_BL, source = input_ids(ckpt, seed=seed)
@@ -1190,6 +1194,7 @@ def native_phase(
         ),
         mapping=mapping_table(family, ckpt.config),
         checkpoint=checkpoint_record(ckpt),
+        memory_floor=memory,
         input=dict(source=source, shape=list(ids_BL.shape)),
         embeddings_equal=res["embeddings_equal"],
         layers=res["layers"],

@@ -18,6 +18,7 @@ from moe_bench.checkpoint import (
     CheckpointError,
     checkpoint_record,
     fault_record,
+    guard_memory,
     holds,
     input_ids,
     layer_call_args,
@@ -238,6 +239,9 @@ def pretrained_phase(
         ckpt = open_checkpoint(checkpoint or builtin_checkpoint(model))
         if not holds(ckpt, model):
             raise CheckpointError(f"{ckpt.folder} holds a {ckpt.config.model_type} model, not {model}", "wrong_model")
+        memory = guard_memory(
+            ckpt, 12, 4, "HF's layer in float32 and its float64 reference"
+        )  # embeddings and head: HF's in float32
         lm = skeleton(ckpt.config)
         load_part_(lm, ckpt)  # the head stays loaded; the layers come and go
         ids_BL, source = input_ids(ckpt, seed=seed)
@@ -286,6 +290,7 @@ def pretrained_phase(
         reason=failure_reason(summary, logits, worst_status(*strict_parts)),
         expressions=expressions,
         checkpoint=checkpoint_record(ckpt),
+        memory_floor=memory,
         input=dict(source=source, shape=list(ids_BL.shape)),
         summary=summary,
         logits=logits,

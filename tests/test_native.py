@@ -2,6 +2,8 @@
 the built-in trained checkpoints: both dtypes pass, every negative control fails, random weights let the
 correction-bias mistake through, and a broken conversion or checkpoint is named."""
 
+import json
+
 import pytest
 import torch
 
@@ -20,6 +22,8 @@ from moe_bench.native import (
 )
 from moe_bench.pretrained import input_ids
 from moe_bench.trained import builtin_checkpoint
+
+from conftest import REPO
 
 MODELS = list(NATIVE)
 
@@ -79,6 +83,8 @@ def test_a_lost_key_is_named(checkpoints):
 
 def test_phase_record_and_refusals(checkpoints):
     rec = native_phase("qwen3_moe", controls=False)
+    committed = json.loads((REPO / "reports" / "qwen3_moe" / "native.json").read_text())
+    assert (rec["status"], rec["checkpoint"]) == (committed["status"], committed["checkpoint"])  # it regenerates
     assert rec["status"] == "PASS" and rec["phase"] == "native" and rec["controls"] == []
     assert {r["titan"] for r in rec["mapping"]} >= {"eps", "dim", "route_norm", "moe_layers"}
     assert native_phase("mixtral")["status"] == "UNSUPPORTED"

@@ -278,6 +278,17 @@ def test_every_trained_checkpoint(trained_records, model):
     assert rec["checkpoint"]["training"]["final_loss"] < 5.0  # far below ln(1024) = 6.93, the uniform baseline
 
 
+@pytest.mark.parametrize("model", sorted(TRAINED))
+def test_committed_record_regenerates(trained_records, model):
+    "The committed 3b record (reports/MODEL/pretrained.json) is what this machine computes from the shipped checkpoint:"
+    " same statuses, same checkpoint (its training run), the folder named the same."
+    committed = json.loads((REPO / "reports" / model / "pretrained.json").read_text())
+    rec = trained_records[model]
+    for field in ("status", "status_strict", "status_with_extension"):
+        assert rec.get(field) == committed.get(field), (field, rec.get(field), committed.get(field))
+    assert rec["checkpoint"] == committed["checkpoint"] and rec["checkpoint"]["folder"] == f"checkpoints/{model}"
+
+
 def swap_two_experts(sd):
     "A wrong conversion: experts 0 and 1 exchanged in the expert weights, not in the router."
     sd = dict(sd)
@@ -332,3 +343,15 @@ def test_streaming_memory_is_bounded_at_any_depth(tmp_path):
     # keeping the layers would cost 36 x 6.5 = 233 MB for the 36 extra ones, keeping one in four 58 MB: the growth of
     # the second pass with depth must stay under that quarter
     assert warm[48] - warm[12] <= (48 - 12) * size["layer_gb"] / 4, warm
+
+
+def test_a_layer_too_large_is_refused_with_the_arithmetic(small_checkpoint, monkeypatch):
+    "Where one layer in the compared dtypes cannot fit in the memory free, both phases refuse before they start it."
+    import moe_bench.checkpoint
+    from moe_bench.native import native_phase
+
+    monkeypatch.setattr(moe_bench.checkpoint, "available_gb", lambda: 1e-4)
+    recs = [pretrained_phase("qwen3_moe", str(small_checkpoint))[0], native_phase("qwen3_moe", str(small_checkpoint))]
+    for rec in recs:
+        assert rec["status"] == "UNSUPPORTED" and rec["fault"] == "too_large", rec
+        assert "G parameters x" in rec["reason"] and "GB free" in rec["reason"], rec["reason"]

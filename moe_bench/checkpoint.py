@@ -64,6 +64,9 @@ FAULTS = {  # one table for 3b and native: the same bad input, the same status (
         means="not a checkpoint the workbench reads: no config or weights, a shard missing or cut short, pickled "
         "weights, remote code, a hub id with no cached snapshot",
     ),
+    "quantized": Fault(
+        status="UNSUPPORTED", means="quantized weights (MXFP4, FP8): compared only once dequantized to bf16"
+    ),
     "outside": Fault(status="UNSUPPORTED", means="a file the index names resolves outside the checkpoint folder"),
     "wrong_model": Fault(status="UNSUPPORTED", means="the checkpoint holds another model type than the one asked for"),
     "mismatch": Fault(
@@ -150,6 +153,15 @@ def _config(folder: Path) -> PretrainedConfig:
         raise CheckpointError(
             f"{folder}: config.json needs the model's own code (auto_map {raw.get('auto_map')}, model_type "
             f"{raw.get('model_type')!r}); the workbench never runs remote code: use a model type transformers ships"
+        )
+    quant = raw.get("quantization_config") or (raw.get("text_config") or {}).get("quantization_config")
+    if quant:
+        raise CheckpointError(
+            f"{folder}: a quantized checkpoint (quantization_config quant_method {quant.get('quant_method')!r}): the "
+            "workbench compares unquantized tensors and does not dequantize (gpt-oss's MXFP4 expert blocks and scales, "
+            "DeepSeek-V3's FP8 blocks); dequantize it to bf16 first (transformers: from_pretrained with the "
+            "quantizer's dequantize option, then save_pretrained) and pass that folder",
+            "quantized",
         )
     return AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
 

@@ -36,10 +36,10 @@ from .hf import build_model, decoder_layers, text_config
 # %% auto #0
 __all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'LAYER_KEY', 'CACHE_ARGUMENTS', 'CheckpointError', 'Fault',
            'Checkpoint', 'shard_keys', 'shard_header', 'containment_root', 'inside', 'cached_snapshot', 'local_folder',
-           'open_checkpoint', 'held_out_text', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_name',
-           'checkpoint_record', 'skeleton', 'module_prefixes', 'non_finite', 'load_part_', 'release_', 'fault_record',
-           'parameter_counts', 'available_gb', 'guard_memory', 'streamed', 'layer_call_args', 'model_logits',
-           'logits_of']
+           'open_checkpoint', 'held_out_text', 'longest_window', 'input_length', 'input_ids', 'holds',
+           'checkpoint_training', 'checkpoint_name', 'checkpoint_record', 'skeleton', 'module_prefixes', 'non_finite',
+           'load_part_', 'release_', 'fault_record', 'parameter_counts', 'available_gb', 'guard_memory', 'streamed',
+           'layer_call_args', 'model_logits', 'logits_of']
 
 # %% ../nbs/00j_checkpoint.ipynb #64c0ac44
 class CheckpointError(ValueError):
@@ -256,8 +256,24 @@ def held_out_text() -> str:
     return "\n\n".join(textwrap.dedent(importlib.import_module(m).__doc__ or "") for m in HELD_OUT_MODULES)
 
 
-def input_ids(ckpt: Checkpoint, batch: int = 2, seq_len: int = 128, seed: int = 0) -> tuple[torch.Tensor, str]:
-    "`(batch, seq_len)` token ids for the checkpoint and where they come from."
+def longest_window(config: PretrainedConfig) -> int | None:
+    "The sliding-attention window the checkpoint's layers use, or None where none slides."
+    c = config.get_text_config()
+    window = getattr(c, "sliding_window", None)
+    if not isinstance(window, int) or window <= 0 or getattr(c, "use_sliding_window", True) is False:
+        return None
+    return window
+
+
+def input_length(config: PretrainedConfig, base: int = 128) -> int:
+    "Tokens per sequence: `base`, or past the longest window by at least 64 (a multiple of 64), so sliding layers slide."
+    window = longest_window(config)
+    return base if window is None or window + 64 <= base else -(-(window + 64) // 64) * 64
+
+
+def input_ids(ckpt: Checkpoint, batch: int = 2, seq_len: int | None = None, seed: int = 0) -> tuple[torch.Tensor, str]:
+    "`(batch, seq_len)` token ids for the checkpoint (None: `input_length`) and where they come from."
+    seq_len = seq_len or input_length(ckpt.config)
     if ckpt.has_tokenizer:
         tokenizer = AutoTokenizer.from_pretrained(ckpt.folder, local_files_only=True)
         ids = tokenizer(held_out_text(), return_tensors="pt")["input_ids"][0]

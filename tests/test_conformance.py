@@ -104,8 +104,12 @@ def test_published_config_through_3b_and_native(model_type, tmp_path):
     assert_conforms(rec)
     dense = getattr(published_config(model_type), "first_k_dense_replace", 0) or 0
     assert [r["kind"] for r in rec["layers"]][:dense] == ["dense"] * dense
+    window = rec["input"]["longest_window"]
+    assert window is None or rec["input"]["shape"][1] > window, rec["input"]  # sliding layers slide
     if model_type in NATIVE:
-        assert_conforms(native_phase(model_type, str(folder), controls=False))
+        native = native_phase(model_type, str(folder), controls=False)
+        assert_conforms(native)
+        assert native["input"] == rec["input"]
 
 
 VARIANTS = {  # the fields a Qwen3-MoE config.json can publish otherwise

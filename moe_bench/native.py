@@ -95,10 +95,10 @@ __all__ = ['COMMON_FIELDS', 'MOE_FIELDS', 'EXPERTS', 'MLA_NORM_EPS', 'NATIVE', '
            'Requirement', 'NativeFamily', 'GptOssUnquantizedAdapter', 'gpt_oss_input_dtype_experts_', 'native_family',
            'titan_values', 'mapping_table', 'carry_eps_', 'titan_config', 'build_native', 'eager_flex',
            'attention_masks', 'hf_tensors', 'load_strict_', 'release_titan_', 'strip', 'titan_in', 'gate_float32_',
-           'ratio_figures', 'stage_outputs', 'compare_native', 'worst_ratios', 'not_finite', 'first_divergence',
-           'native_verdict', 'interleave', 'deinterleave', 'permute_qk', 'swap_experts', 'swap_gate_up',
-           'zero_expert_bias', 'reshape_not_transpose', 'sinks_off', 'Control', 'run_control', 'random_checkpoint',
-           'random_controls', 'failure_reason', 'native_phase']
+           'ratio_figures', 'stage_outputs', 'from_hf', 'compare_native', 'worst_ratios', 'not_finite',
+           'first_divergence', 'native_verdict', 'interleave', 'deinterleave', 'permute_qk', 'swap_experts',
+           'swap_gate_up', 'zero_expert_bias', 'reshape_not_transpose', 'sinks_off', 'Control', 'run_control',
+           'random_checkpoint', 'random_controls', 'failure_reason', 'native_phase']
 
 # %% ../nbs/07_native.ipynb #9cdd2c78
 class NativeUnsupported(ValueError):
@@ -782,6 +782,19 @@ def stage_outputs(layer: nn.Module, side: int):
             h.remove()
 
 
+def from_hf(adapter, hf_state: dict, what: str) -> dict:
+    "torchtitan's adapter on on-disk keys; a key layout it cannot convert is `NativeUnsupported` naming the keys, not a crash."
+    try:
+        return adapter.from_hf(hf_state)
+    except (ValueError, KeyError, AssertionError, IndexError) as e:
+        keys = sorted(hf_state)[:4]
+        raise NativeUnsupported(
+            f"{what}: torchtitan's {type(adapter).__name__} cannot convert these keys ({type(e).__name__}: {e}; keys "
+            f"{keys}...): it reads the on-disk layout transformers' save_pretrained writes (per-expert keys for this "
+            "family), not the fused layout transformers holds in memory"
+        ) from e
+
+
 def compare_native(
     ckpt: Checkpoint,
     ids_BL: torch.Tensor,
@@ -797,7 +810,7 @@ def compare_native(
     adapter = family.adapter(cfg, None)  # the checkpoint is read here, not through the adapter's storage reader
     load_part_(hf_lm, ckpt)  # HF's head stays loaded; its layers come and go
     outside = hf_tensors(ckpt, None)
-    head = adapter.from_hf(dict(outside))
+    head = from_hf(adapter, dict(outside), "outside the layers")
     # torchtitan's adapters copy a tied head from the embedding in every call, a layer's too: give them the embedding
     tied = {k: outside[k] for k in ("model.embed_tokens.weight",) if values.get("enable_weight_tying") and k in outside}
     for name in ("tok_embeddings", "norm", "lm_head"):
@@ -817,7 +830,7 @@ def compare_native(
         h32 = hidden_of(output)
         for dt in (FLOAT64, BFLOAT16):
             streams.setdefault(("hf", dt), h_in.to(dt))
-        state = strip(adapter.from_hf(hf_tensors(ckpt, index) | tied), f"layers.{index}.")
+        state = strip(from_hf(adapter, hf_tensors(ckpt, index) | tied, f"layer {index}"), f"layers.{index}.")
         if transform is not None:
             state = transform(state, values)
         t32 = gate_float32_(load_strict_(titan.layers[str(index)], state, f"layer {index}"))

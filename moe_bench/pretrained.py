@@ -51,10 +51,15 @@ from .moe_probe import probe_moe_block
 from .trained import TRAINED, builtin_checkpoint
 
 # %% auto #0
-__all__ = ['PRETRAINED_KL', 'check_moe_layer', 'Blocked', 'compare_streams', 'failure_reason', 'pretrained_phase']
+__all__ = ['PRETRAINED_KL', 'MEMORY_PER_PARAMETER', 'check_moe_layer', 'Blocked', 'compare_streams', 'failure_reason',
+           'pretrained_phase']
 
 # %% ../nbs/03e_pretrained.ipynb #12b3f208
 PRETRAINED_KL = WARN_KL  # the spec's 3b rule: KL < 1e-3
+# Bytes per parameter of the largest layer, of the rest (embeddings, head: HF's in float32), and what they stand for.
+# Measured (scripts/bench_scale.py, Qwen3-30B-A3B shape, 2 layers): peak 8.08 GB = 2.49 GB of embeddings and head in
+# float32 + 0.623 G layer parameters x 9.0 bytes (HF's layer in float32, Titan's block and the references beside it)
+MEMORY_PER_PARAMETER = (9, 4, "measured per layer parameter at the Qwen3-30B-A3B shape")
 
 # %% ../nbs/03e_pretrained.ipynb #65eaf918
 def _figures(c: dict) -> dict:
@@ -240,9 +245,7 @@ def pretrained_phase(
         ckpt = open_checkpoint(checkpoint or builtin_checkpoint(model))
         if not holds(ckpt, model):
             raise CheckpointError(f"{ckpt.folder} holds a {ckpt.config.model_type} model, not {model}", "wrong_model")
-        memory = guard_memory(
-            ckpt, 12, 4, "HF's layer in float32 and its float64 reference"
-        )  # embeddings and head: HF's in float32
+        memory = guard_memory(ckpt, *MEMORY_PER_PARAMETER)
         lm = skeleton(ckpt.config)
         load_part_(lm, ckpt)  # the head stays loaded; the layers come and go
         ids_BL, source = input_ids(ckpt, seed=seed)

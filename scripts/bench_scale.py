@@ -152,7 +152,7 @@ def run_phase(model_type: str, folder: Path, phase: str, out: Path) -> dict:
         wall_s=wall,
         peak_gb=int(peak.group(1)) / 1024**2 if peak else None,
         floor=rec.get("memory_floor"),
-        reason=(rec.get("reason") or "")[:300],
+        reason=(rec.get("reason") or rec.get("error") or "")[-600:],
     )
 
 
@@ -160,6 +160,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", action="append", choices=list(SHAPES))
     p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--phase", action="append", choices=PHASES)
     args = p.parse_args()
     for name in args.shape or list(SHAPES):
         model_type, dims = SHAPES[name]
@@ -171,7 +172,7 @@ def main() -> None:
             sparse = 2 * params / 1e9 > free_gb() / 2  # too large to hold or to write in time: headers only
             disk = write_checkpoint(root / "ckpt", model_type, dims, sparse)
             print(f"{name}: {params / 1e9:.2f} G parameters, {disk:.1f} GB bf16 on disk{' (sparse)' if sparse else ''}")
-            for phase in PHASES:
+            for phase in args.phase or PHASES:
                 runs = [run_phase(model_type, root / "ckpt", phase, root / f"out{i}") for i in range(args.runs)]
                 wall = statistics.median(r["wall_s"] for r in runs)
                 peak = statistics.median(r["peak_gb"] or 0 for r in runs)

@@ -77,7 +77,7 @@ def save_published(folder, cfg, storage=torch.bfloat16, shards=False):
     randomize_(model, seed=0, std=0.1)
     model.to(storage).save_pretrained(folder, max_shard_size="300KB" if shards else "1GB")
     raw = json.loads((folder / "config.json").read_text())
-    assert raw["use_cache"] is True and (folder / "generation_config.json").is_file()
+    assert raw["use_cache"] is cfg.use_cache and (folder / "generation_config.json").is_file()
     assert (folder / "model.safetensors.index.json").is_file() == shards
     return folder
 
@@ -99,10 +99,11 @@ def assert_conforms(rec):
 
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_published_config_through_3b_and_native(model_type, tmp_path):
-    folder = save_published(tmp_path / model_type, published_config(model_type), shards=FAMILIES.index(model_type) % 2)
+    cfg = published_config(model_type)
+    folder = save_published(tmp_path / model_type, cfg, shards=FAMILIES.index(model_type) % 2)
     rec, _ = pretrained_phase(model_type, str(folder))
     assert_conforms(rec)
-    dense = getattr(published_config(model_type), "first_k_dense_replace", 0) or 0
+    dense = getattr(cfg, "first_k_dense_replace", 0) or 0
     assert [r["kind"] for r in rec["layers"]][:dense] == ["dense"] * dense
     window = rec["input"]["longest_window"]
     assert window is None or rec["input"]["shape"][1] > window, rec["input"]  # sliding layers slide
@@ -126,12 +127,7 @@ VARIANTS = {  # the fields a Qwen3-MoE config.json can publish otherwise
 def test_qwen3_moe_variants(variant, tmp_path):
     fields, storage = VARIANTS[variant]
     cfg = published_config("qwen3_moe", **fields)
-    folder = save_published(tmp_path / "q", cfg, storage=storage, shards=True) if "use_cache" not in fields else None
-    if folder is None:  # use_cache false: written as published, with the field false
-        model = AutoModelForCausalLM.from_config(cfg)
-        randomize_(model, seed=0, std=0.1)
-        folder = tmp_path / "q"
-        model.to(storage).save_pretrained(folder)
+    folder = save_published(tmp_path / "q", cfg, storage=storage, shards=True)
     rec, _ = pretrained_phase("qwen3_moe", str(folder))
     assert_conforms(rec)
     kinds = [r["kind"] for r in rec["layers"]]

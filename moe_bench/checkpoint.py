@@ -34,12 +34,13 @@ from .core import REPO_ROOT, phase_record
 from .hf import build_model, decoder_layers, text_config
 
 # %% auto #0
-__all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'LAYER_KEY', 'CACHE_ARGUMENTS', 'CheckpointError', 'Fault',
-           'Checkpoint', 'shard_keys', 'shard_header', 'containment_root', 'inside', 'cached_snapshot', 'local_folder',
-           'open_checkpoint', 'held_out_text', 'longest_window', 'input_length', 'input_ids', 'holds',
-           'checkpoint_training', 'checkpoint_name', 'checkpoint_record', 'skeleton', 'module_prefixes', 'non_finite',
-           'load_part_', 'release_', 'fault_record', 'parameter_counts', 'available_gb', 'guard_memory', 'streamed',
-           'layer_call_args', 'model_logits', 'logits_of']
+__all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'SAFETENSORS_DTYPES', 'LAYER_KEY', 'CACHE_ARGUMENTS',
+           'CheckpointError', 'Fault', 'Checkpoint', 'shard_keys', 'shard_header', 'containment_root', 'inside',
+           'cached_snapshot', 'local_folder', 'open_checkpoint', 'held_out_text', 'longest_window', 'input_length',
+           'input_record', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_name', 'checkpoint_record',
+           'skeleton', 'module_prefixes', 'non_finite', 'load_part_', 'release_', 'storage_dtype', 'load_layer_',
+           'fault_record', 'parameter_counts', 'available_gb', 'guard_memory', 'streamed', 'layer_call_args',
+           'model_logits', 'logits_of']
 
 # %% ../nbs/00j_checkpoint.ipynb #64c0ac44
 class CheckpointError(ValueError):
@@ -271,6 +272,17 @@ def input_length(config: PretrainedConfig, base: int = 128) -> int:
     return base if window is None or window + 64 <= base else -(-(window + 64) // 64) * 64
 
 
+def input_record(config: PretrainedConfig, ids_BL: torch.Tensor, source: str) -> dict:
+    "What a record says of its input: where it came from, its shape, the longest window and whether the input passed it."
+    window = longest_window(config)
+    return dict(
+        source=source,
+        shape=list(ids_BL.shape),
+        longest_window=window,
+        window_reached=None if window is None else ids_BL.shape[1] > window,
+    )
+
+
 def input_ids(ckpt: Checkpoint, batch: int = 2, seq_len: int | None = None, seed: int = 0) -> tuple[torch.Tensor, str]:
     "`(batch, seq_len)` token ids for the checkpoint (None: `input_length`) and where they come from."
     seq_len = seq_len or input_length(ckpt.config)
@@ -430,6 +442,56 @@ def release_(module: nn.Module) -> None:
     if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
         _LIBC.malloc_trim(0)
 
+# %% ../nbs/00j_checkpoint.ipynb #a3f743b8
+def storage_dtype(ckpt: Checkpoint, prefix: str) -> torch.dtype | None:
+    "The one floating dtype the checkpoint stores every tensor under `prefix` in; None where there are several."
+    keys = [k for k in ckpt.weight_map if k.startswith(prefix)]
+    headers = {s: shard_header(ckpt.folder / s) for s in {ckpt.weight_map[k] for k in keys}}
+    names = {headers[ckpt.weight_map[k]][k]["dtype"] for k in keys}
+    dtypes = {SAFETENSORS_DTYPES.get(n) for n in names}
+    return dtypes.pop() if len(dtypes) == 1 and None not in dtypes else None
+
+
+SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
+
+
+def _retype_(module: nn.Module, dtypes: dict[str, torch.dtype]) -> None:
+    "Each parameter and persistent buffer named in `dtypes` in that dtype, one at a time (meta tensors: no memory)."
+    for name, dtype in dtypes.items():
+        owner, _, leaf = name.rpartition(".")
+        sub = module.get_submodule(owner)
+        if leaf in sub._parameters:
+            p = sub._parameters[leaf]
+            sub._parameters[leaf] = nn.Parameter(p.detach().to(dtype), requires_grad=p.requires_grad)
+        else:
+            sub._buffers[leaf] = sub._buffers[leaf].to(dtype)
+
+
+def load_layer_(model: nn.Module, ckpt: Checkpoint, prefix: str) -> int:
+    "`load_part_` of one decoder layer, read in its storage dtype and cast up to the skeleton's dtypes after."
+    layer = model.get_submodule(prefix.rstrip("."))
+    stored = storage_dtype(ckpt, prefix)
+    floats = {
+        n: t.dtype
+        for n, t in layer.state_dict(keep_vars=True).items()
+        if t.is_floating_point()
+        and n.rpartition(".")[2] not in layer.get_submodule(n.rpartition(".")[0])._non_persistent_buffers_set
+    }
+    wider = {n: d for n, d in floats.items() if stored is not None and d != stored and d.itemsize > stored.itemsize}
+    if not wider:
+        return load_part_(model, ckpt, prefix)
+    _retype_(layer, dict.fromkeys(wider, stored))
+    try:
+        count = load_part_(model, ckpt, prefix)
+    except BaseException:
+        release_(layer)
+        _retype_(layer, wider)
+        raise
+    _retype_(layer, wider)
+    if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
+        _LIBC.malloc_trim(0)  # the loader's freed copies back to the system
+    return count
+
 # %% ../nbs/00j_checkpoint.ipynb #05587f23
 def fault_record(model: str, phase: str, error: CheckpointError, **fields) -> dict:
     "The record of a phase stopped by a checkpoint fault: its status from `FAULTS`, the fault and its reason."
@@ -490,7 +552,7 @@ def streamed(model: nn.Module, ckpt: Checkpoint, on_layer: Callable | None = Non
     for index, (layer, prefix) in enumerate(zip(decoder_layers(model), module_prefixes(model), strict=True)):
 
         def load(mod, args, kwargs, index=index, prefix=prefix):
-            load_part_(model, ckpt, prefix)
+            load_layer_(model, ckpt, prefix)
             seen.append(index)  # which layers ran (their arguments are not kept: depth would cost memory)
 
         def done(mod, args, kwargs, output, index=index):

@@ -833,12 +833,15 @@ def compare_in_layer(
     kwargs: dict,
     dtype: torch.dtype,
     titan_transform: Callable[[dict], dict] | None = None,  # rewrites the Titan state dict (negative controls)
+    titan_modify: Callable[[nn.Module], None] | None = None,  # changes the Titan module itself (a control on a setting)
 ) -> dict:
     "Figures of the MoE part of `layer` against the expression's Titan module on the layer's real input, in `dtype`; both outputs."
     hf_layer = in_dtype(layer, dtype)
     module = expression.build(moe_block(hf_layer), probe, share=True)  # views of HF's weights
     if titan_transform is not None:  # assigned, not copied in: a copy would write through the views into HF's layer
         module.load_state_dict(titan_transform(dict(module.state_dict())), strict=True, assign=True)
+    if titan_modify is not None:
+        titan_modify(module)
     titan_layer = layer_with(hf_layer, attr, expression, module, probe)
     seen = {}
     hooks = [

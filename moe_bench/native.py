@@ -55,9 +55,9 @@ from moe_bench.checkpoint import (
     guard_memory,
     holds,
     input_ids,
+    input_record,
     layer_call_args,
     load_part_,
-    longest_window,
     model_logits,
     open_checkpoint,
     release_,
@@ -91,14 +91,15 @@ from .trained import builtin_checkpoint
 
 # %% auto #0
 __all__ = ['COMMON_FIELDS', 'MOE_FIELDS', 'EXPERTS', 'MLA_NORM_EPS', 'NATIVE', 'FLOAT64', 'FLOAT32', 'BFLOAT16', 'STAGES',
-           'TITAN_EPS', 'CONTROLS', 'RIGHT', 'CPU_ADAPTATIONS', 'NativeUnsupported', 'NativeLoadError', 'Field',
-           'Requirement', 'NativeFamily', 'GptOssUnquantizedAdapter', 'gpt_oss_input_dtype_experts_', 'native_family',
-           'titan_values', 'mapping_table', 'carry_eps_', 'titan_config', 'build_native', 'eager_flex',
-           'attention_masks', 'hf_tensors', 'load_strict_', 'release_titan_', 'strip', 'titan_in', 'gate_float32_',
-           'ratio_figures', 'stage_outputs', 'from_hf', 'compare_native', 'worst_ratios', 'not_finite',
-           'first_divergence', 'native_verdict', 'interleave', 'deinterleave', 'permute_qk', 'swap_experts',
-           'swap_gate_up', 'zero_expert_bias', 'reshape_not_transpose', 'sinks_off', 'Control', 'run_control',
-           'random_checkpoint', 'random_controls', 'failure_reason', 'native_phase']
+           'TITAN_EPS', 'CONTROLS', 'RIGHT', 'CPU_ADAPTATIONS', 'NATIVE_MEMORY_PER_PARAMETER', 'NativeUnsupported',
+           'NativeLoadError', 'Field', 'Requirement', 'NativeFamily', 'GptOssUnquantizedAdapter',
+           'gpt_oss_input_dtype_experts_', 'native_family', 'titan_values', 'mapping_table', 'carry_eps_',
+           'titan_config', 'build_native', 'eager_flex', 'attention_masks', 'hf_tensors', 'load_strict_',
+           'release_titan_', 'strip', 'titan_in', 'gate_float32_', 'ratio_figures', 'stage_outputs', 'from_hf',
+           'share_equal_head_', 'compare_native', 'worst_ratios', 'not_finite', 'first_divergence', 'native_verdict',
+           'interleave', 'deinterleave', 'permute_qk', 'swap_experts', 'swap_gate_up', 'zero_expert_bias',
+           'reshape_not_transpose', 'sinks_off', 'Control', 'run_control', 'random_checkpoint', 'random_controls',
+           'failure_reason', 'native_phase']
 
 # %% ../nbs/07_native.ipynb #9cdd2c78
 class NativeUnsupported(ValueError):
@@ -790,9 +791,24 @@ def from_hf(adapter, hf_state: dict, what: str) -> dict:
         keys = sorted(hf_state)[:4]
         raise NativeUnsupported(
             f"{what}: torchtitan's {type(adapter).__name__} cannot convert these keys ({type(e).__name__}: {e}; keys "
-            f"{keys}...): it reads the on-disk layout transformers' save_pretrained writes (per-expert keys for this "
-            "family), not the fused layout transformers holds in memory"
+            f"{keys}...): it reads the key layout of the family's published files (what transformers' save_pretrained "
+            "writes), not another"
         ) from e
+
+
+def share_equal_head_(titan: nn.Module, hf_lm: nn.Module) -> list[str]:
+    "Where Titan's converted embeddings or LM head equal HF's bit for bit (checked here), Titan holds HF's tensor"
+    " instead of a second copy (2.5 GB at Qwen3-235B's vocabulary in float32); the names of those shared."
+    shared = []
+    for name, hf_module in (
+        ("tok_embeddings", hf_lm.get_input_embeddings()),
+        ("lm_head", hf_lm.get_output_embeddings()),
+    ):
+        mine, theirs = getattr(titan, name).weight, hf_module.weight
+        if mine is not theirs and mine.shape == theirs.shape and torch.equal(mine, theirs):
+            getattr(titan, name).weight = theirs
+            shared.append(name)
+    return shared
 
 
 def compare_native(
@@ -818,6 +834,7 @@ def compare_native(
     leftover = sorted(k for k in head if k.split(".")[0] not in ("tok_embeddings", "norm", "lm_head"))
     if leftover:
         raise NativeLoadError(f"outside the layers: unexpected {leftover[:8]}")
+    head_shared = share_equal_head_(titan, hf_lm)
     mask = attention_masks(cfg, ids_BL.shape[1])
     with torch.no_grad():
         emb = titan.tok_embeddings(ids_BL)
@@ -830,22 +847,26 @@ def compare_native(
         h32 = hidden_of(output)
         for dt in (FLOAT64, BFLOAT16):
             streams.setdefault(("hf", dt), h_in.to(dt))
+        rec = dict(layer=index, kind="dense" if moe_attr_name(layer) is None else "moe")
+        with torch.no_grad():  # HF one precision up first, given back before Titan's layer is built: memory stays
+            hf64 = _hf_in(layer, FLOAT64)  # at one layer in float32 and float64, or in float32 (twice) and bfloat16
+            with stage_outputs(hf64, 1) as stages64:
+                ref64 = _run_hf(hf64, h_in.double(), rest, kw)
+            streams[("hf", FLOAT64)] = _run_hf(hf64, streams[("hf", FLOAT64)], rest, kw)
+            del hf64
+        refs = {FLOAT32: (ref64, streams[("hf", FLOAT64)]), BFLOAT16: (h32, h32)}  # one precision up
         state = strip(from_hf(adapter, hf_tensors(ckpt, index) | tied, f"layer {index}"), f"layers.{index}.")
         if transform is not None:
             state = transform(state, values)
         t32 = gate_float32_(load_strict_(titan.layers[str(index)], state, f"layer {index}"))
+        del state  # the converted tensors, now copied into Titan's layer
         if family.adapt is not None:
             family.adapt(t32)
-        hf = {FLOAT32: layer, FLOAT64: _hf_in(layer, FLOAT64)}
+        hf = {FLOAT32: layer}
         tt = {FLOAT32: t32}
         if BFLOAT16 in dtypes:
             hf[BFLOAT16], tt[BFLOAT16] = _hf_in(layer, BFLOAT16), titan_in(t32, BFLOAT16)
-        rec = dict(layer=index, kind="dense" if moe_attr_name(layer) is None else "moe")
         with torch.no_grad():
-            with stage_outputs(hf[FLOAT64], 1) as stages64:
-                ref64 = _run_hf(hf[FLOAT64], h_in.double(), rest, kw)
-            streams[("hf", FLOAT64)] = _run_hf(hf[FLOAT64], streams[("hf", FLOAT64)], rest, kw)
-            refs = {FLOAT32: (ref64, streams[("hf", FLOAT64)]), BFLOAT16: (h32, h32)}  # one precision up
             for dt in dtypes:
                 x = h_in.to(dt)
                 with (
@@ -894,7 +915,12 @@ def compare_native(
             max_diff_over_logit_scale=(titan_logits[dt].double() - hf_logits[FLOAT32].double()).abs().max().item()
             / hf_logits[FLOAT32].abs().max().item(),
         )
-    return dict(layers=layers, logits=logits, embeddings_equal=torch.equal(emb, hf_lm.get_input_embeddings()(ids_BL)))
+    return dict(
+        layers=layers,
+        logits=logits,
+        embeddings_equal=torch.equal(emb, hf_lm.get_input_embeddings()(ids_BL)),
+        head_shared=head_shared,
+    )
 
 # %% ../nbs/07_native.ipynb #3a8fb95e
 def worst_ratios(res: dict, dtype: str) -> dict:
@@ -1156,6 +1182,14 @@ def _home(cls: type) -> str:
     return "moe_bench.native" if cls.__module__ == "__main__" else cls.__module__
 
 
+# Bytes per parameter of the largest layer and of the rest, and what they stand for. Measured (scripts/bench_scale.py,
+# Qwen3-30B-A3B shape, 2 layers, per-expert keys in bfloat16): peak 13.6 GB = 2.49 GB of embeddings and head in float32
+# (Titan holding HF's tensors where equal, `share_equal_head_`) + 0.623 G layer parameters x 17.8 bytes: HF's layer in
+# float32 and its float64 copy (12), or HF's and Titan's in float32 and bfloat16 (12), with the loader's and the
+# adapter's copies of the layer beside them
+NATIVE_MEMORY_PER_PARAMETER = (18, 4, "measured per layer parameter at the Qwen3-30B-A3B shape")
+
+
 def native_phase(
     model: str,  # HF model type (the checkpoint must be of it)
     checkpoint: str = "",  # a local checkpoint folder; empty: the built-in trained checkpoint of `model`
@@ -1176,9 +1210,7 @@ def native_phase(
         ckpt = open_checkpoint(checkpoint or builtin_checkpoint(model))
         if not holds(ckpt, model):
             raise CheckpointError(f"{ckpt.folder} holds a {ckpt.config.model_type} model, not {model}", "wrong_model")
-        memory = guard_memory(
-            ckpt, 16, 8, "HF's layer in float32 and its float64 reference, Titan's in float32"
-        )  # embeddings and head: HF's and Titan's in float32
+        memory = guard_memory(ckpt, *NATIVE_MEMORY_PER_PARAMETER)
         family = native_family(ckpt.config)
         titan_values(ckpt.config, family)
         ids_BL, source = input_ids(ckpt, seed=seed)
@@ -1209,8 +1241,9 @@ def native_phase(
         mapping=mapping_table(family, ckpt.config),
         checkpoint=checkpoint_record(ckpt),
         memory_floor=memory,
-        input=dict(source=source, shape=list(ids_BL.shape), longest_window=longest_window(ckpt.config)),
+        input=input_record(ckpt.config, ids_BL, source),
         embeddings_equal=res["embeddings_equal"],
+        head_shared=res["head_shared"],
         layers=res["layers"],
         logits=res["logits"],
         controls=control_rows,

@@ -21,10 +21,11 @@ from moe_bench.checkpoint import (
     guard_memory,
     holds,
     input_ids,
+    input_record,
     layer_call_args,
+    load_layer_,
     load_part_,
     logits_of,
-    longest_window,
     model_logits,
     module_prefixes,
     open_checkpoint,
@@ -39,6 +40,7 @@ from moe_bench.compare import (
     compare_in_layer,
     layer_with,
     logit_metrics,
+    mutations,
     output_metrics,
     rel_l2,
     strict,
@@ -51,15 +53,16 @@ from .moe_probe import probe_moe_block
 from .trained import TRAINED, builtin_checkpoint
 
 # %% auto #0
-__all__ = ['PRETRAINED_KL', 'MEMORY_PER_PARAMETER', 'check_moe_layer', 'Blocked', 'compare_streams', 'failure_reason',
-           'pretrained_phase']
+__all__ = ['PRETRAINED_KL', 'MEMORY_PER_PARAMETER', 'SETTING_CONTROLS', 'layer_controls', 'check_moe_layer', 'Blocked',
+           'compare_streams', 'failure_reason', 'pretrained_phase']
 
 # %% ../nbs/03e_pretrained.ipynb #12b3f208
 PRETRAINED_KL = WARN_KL  # the spec's 3b rule: KL < 1e-3
 # Bytes per parameter of the largest layer, of the rest (embeddings, head: HF's in float32), and what they stand for.
-# Measured (scripts/bench_scale.py, Qwen3-30B-A3B shape, 2 layers): peak 8.08 GB = 2.49 GB of embeddings and head in
-# float32 + 0.623 G layer parameters x 9.0 bytes (HF's layer in float32, Titan's block and the references beside it)
-MEMORY_PER_PARAMETER = (9, 4, "measured per layer parameter at the Qwen3-30B-A3B shape")
+# Measured (RSS sampled every 0.1 s, Qwen3-30B-A3B shape, 2 layers, per-expert keys on disk in bfloat16): peak 8.73 GB
+# = 2.49 GB of embeddings and head in float32 + 0.623 G layer parameters x 10 bytes: HF's layer in float32 (4), and at
+# once either its bfloat16 copy (2) with Titan's bfloat16 expert copies, or a control's float32 rewrite of the experts
+MEMORY_PER_PARAMETER = (10, 4, "measured per layer parameter at the Qwen3-30B-A3B shape")
 
 # %% ../nbs/03e_pretrained.ipynb #65eaf918
 def _figures(c: dict) -> dict:
@@ -73,6 +76,58 @@ def _then(first: Callable | None, second: Callable) -> Callable:
     return second if first is None else (lambda sd: second(first(sd)))
 
 
+def _clamp_off(module) -> None:
+    for m in module.modules():
+        if isinstance(getattr(m, "swiglu_limit", None), float):
+            m.swiglu_limit = math.inf
+
+
+# Controls on a setting of the Titan module, not its weights: (applies to the module, change). Caught only where the
+# input reaches what they change: so each says whether it was reached, and is not one of the mapping's controls.
+SETTING_CONTROLS: dict[str, tuple[Callable, Callable]] = {
+    "SwiGLU clamp off": (
+        lambda module: any(isinstance(getattr(m, "swiglu_limit", None), float) for m in module.modules()),
+        _clamp_off,
+    ),
+}
+
+
+def layer_controls(layer, attr: str, expression, probe) -> tuple[dict, dict]:
+    "The mapping controls (`MUTATIONS` that apply to the layer's Titan module) and the setting controls of one MoE layer."
+    module = expression.build(moe_block(layer), probe, share=True)  # views: nothing copied
+    settings = {name: modify for name, (applies, modify) in SETTING_CONTROLS.items() if applies(module)}
+    return mutations(dict(module.state_dict())), settings
+
+
+def _control_row(r: dict, ref, hf_err: float, mapping: str, kind: str) -> dict:
+    "The gate/up control of every layer, in bfloat16: caught when the strict verdict FAILs it."
+    err = rel_l2(r["titan_output"], ref)
+    return dict(
+        mapping=mapping,
+        kind=kind,
+        kl=r["kl"],
+        status="PASS" if r["kl"] < PRETRAINED_KL else "FAIL",
+        titan_rel_err=err,
+        strict=strict(err, hf_err),
+        caught=strict(err, hf_err) == "FAIL",
+    )
+
+
+def _sweep_row(r: dict, ref, right_err: float, mapping: str, kind: str) -> dict:
+    "A control of the sweep, in float32: caught when its error to HF float32 stands `HF_RELATIVE` times above the right"
+    " mapping's own error in the same run (the yardstick: a small bias or a norm near one can move the output less"
+    " than HF's bfloat16 rounds it, and still far more than the right mapping differs from HF in float32)."
+    err = rel_l2(r["titan_output"], ref)
+    return dict(
+        mapping=mapping,
+        kind=kind,
+        dtype="float32",
+        titan_rel_err=err,
+        right_rel_err=right_err,
+        caught=err > HF_RELATIVE * right_err and err > 0,
+    )
+
+
 def check_moe_layer(
     layer,
     attr: str,
@@ -81,15 +136,13 @@ def check_moe_layer(
     args: tuple,
     kwargs: dict,
     conversion: Callable[[dict], dict] | None = None,  # rewrites Titan's state dict: a conversion under test
+    sweep: bool = False,  # True: every control of the layer (`layer_controls`), not only gate/up swapped
 ) -> dict:
-    "Both dtypes and the negative control of one MoE layer on its real input: the spec's and the strict verdicts."
+    "Both dtypes and the negative controls of one MoE layer on its real input: the spec's and the strict verdicts."
     runs = {
         str(dt).removeprefix("torch."): compare_in_layer(layer, attr, expression, probe, args, kwargs, dt, conversion)
         for dt in DTYPES
     }
-    control = compare_in_layer(
-        layer, attr, expression, probe, args, kwargs, torch.bfloat16, titan_transform=_then(conversion, swap_gate_up)
-    )
     ref = runs["float32"]["hf_output"]
     hf_err = rel_l2(runs["bfloat16"]["hf_output"], ref)  # HF's own bfloat16 error: the yardstick
     out = {}
@@ -103,15 +156,28 @@ def check_moe_layer(
             strict=strict(err, hf_err) if name == "bfloat16" else None,
         )
     out["bfloat16"]["hf_kl"] = output_metrics(ref, runs["bfloat16"]["hf_output"])["kl"]  # HF's own bfloat16 KL: context
-    control_err = rel_l2(control["titan_output"], ref)
-    out["negative_control"] = dict(
-        mapping="experts' gate and up projections swapped",
-        kl=control["kl"],
-        status="PASS" if control["kl"] < PRETRAINED_KL else "FAIL",
-        titan_rel_err=control_err,
-        strict=strict(control_err, hf_err),
-        caught=strict(control_err, hf_err) == "FAIL",
+    titan_f32, right_err = runs["float32"]["titan_output"], rel_l2(runs["float32"]["titan_output"], ref)
+    del runs
+    control = compare_in_layer(
+        layer, attr, expression, probe, args, kwargs, torch.bfloat16, titan_transform=_then(conversion, swap_gate_up)
     )
+    out["negative_control"] = _control_row(control, ref, hf_err, "experts' gate and up projections swapped", "mapping")
+    del control
+    if sweep:  # in float32, on the layer as loaded (no copy but what a control rewrites)
+        mapping, settings = layer_controls(layer, attr, expression, probe)
+        rows = []
+        for name, rewrite in mapping.items():
+            r = compare_in_layer(
+                layer, attr, expression, probe, args, kwargs, torch.float32, titan_transform=_then(conversion, rewrite)
+            )
+            rows.append(_sweep_row(r, ref, right_err, name, "mapping"))
+        for name, modify in settings.items():
+            r = compare_in_layer(
+                layer, attr, expression, probe, args, kwargs, torch.float32, conversion, titan_modify=modify
+            )
+            reached = not torch.equal(r["titan_output"], titan_f32)  # the setting changed Titan's output at all
+            rows.append(_sweep_row(r, ref, right_err, name, "setting") | dict(reached=reached))
+        out["controls"] = rows
     return out
 
 # %% ../nbs/03e_pretrained.ipynb #4970f9d2
@@ -148,8 +214,9 @@ def compare_streams(
             if conversion is not None:
                 module.load_state_dict(conversion(dict(module.state_dict())), strict=True, assign=True)
             titan_layer = layer_with(layer, attr, expression, module, probe)
+            first = not any(r["kind"] == "moe" for r in layers)  # every control on the first MoE layer, gate/up on all
             rec |= dict(expression=expression.name) | check_moe_layer(
-                layer, attr, expression, probe, args, kwargs, conversion
+                layer, attr, expression, probe, args, kwargs, conversion, sweep=first
             )
             aligned = expression.in_torchtitan  # the alignment patches are written for torchtitan's own MoEs
         with torch.no_grad():
@@ -188,6 +255,16 @@ def _nan_first(x: float) -> float:
     return math.inf if math.isnan(x) else x
 
 
+def _missed(moe: list[dict]) -> list[str]:
+    "The mapping controls a layer did not catch, named with their layer."
+    return [
+        f"{c['mapping']} (layer {r['layer']})"
+        for r in moe
+        for c in [r["negative_control"], *r.get("controls", [])]
+        if c["kind"] == "mapping" and not c["caught"]
+    ]
+
+
 def _summary(layers: list[dict]) -> dict:
     moe = [r for r in layers if r["kind"] == "moe"]
     return dict(
@@ -195,7 +272,12 @@ def _summary(layers: list[dict]) -> dict:
         dense_layers=len(layers) - len(moe),
         spec=worst_status(*[r["bfloat16"]["status"] for r in moe]) if moe else "n/a",
         strict=worst_status(*[r["bfloat16"]["strict"] for r in moe]) if moe else "n/a",
-        controls_caught=all(r["negative_control"]["caught"] for r in moe),
+        controls_caught=all(r["negative_control"]["caught"] for r in moe) and not _missed(moe),
+        controls_missed=_missed(moe),
+        controls_run=sorted({c["mapping"] for r in moe for c in r.get("controls", []) if c["kind"] == "mapping"}),
+        settings_reached={
+            c["mapping"]: c["reached"] for r in moe for c in r.get("controls", []) if c["kind"] == "setting"
+        },
         worst_kl_bfloat16=worst_figure(r["bfloat16"]["kl"] for r in moe),
         worst_kl_layer=max(moe, key=lambda r: _nan_first(r["bfloat16"]["kl"]))["layer"] if moe else None,
         worst_rel_err_bfloat16=worst_figure(r["bfloat16"]["titan_rel_err"] for r in moe),
@@ -219,7 +301,7 @@ def failure_reason(summary: dict, logits: dict, status_strict: str) -> str | Non
     if logits["titan"]["status"] != "PASS":
         words.append(f"logits token KL {logits['titan']['token_kl_mean']:.2e} (PASS < {PRETRAINED_KL:g})")
     if not summary["controls_caught"]:
-        words.append("the gate/up control was not caught")
+        words.append(f"controls not caught: {', '.join(summary['controls_missed'][:3])}")
     if words:
         words.append(f"strict verdict {status_strict}")
     return "; ".join(words) or None
@@ -262,7 +344,7 @@ def pretrained_phase(
     if res["worst"]:
         w = res["worst"]
         prefix = module_prefixes(lm)[w["layer"]]
-        load_part_(lm, ckpt, prefix)
+        load_layer_(lm, ckpt, prefix)
         block = moe_block(decoder_layers(lm)[w["layer"]])
         digest = torchtitan_digest()
         gap = dict(
@@ -295,7 +377,7 @@ def pretrained_phase(
         expressions=expressions,
         checkpoint=checkpoint_record(ckpt),
         memory_floor=memory,
-        input=dict(source=source, shape=list(ids_BL.shape), longest_window=longest_window(ckpt.config)),
+        input=input_record(ckpt.config, ids_BL, source),
         summary=summary,
         logits=logits,
         explained_at_logits=explained,

@@ -10,8 +10,9 @@ largest layer in the dtypes the phase holds at least at once, plus embeddings an
 memory free, the phase refuses before it starts (UNSUPPORTED with the arithmetic): such shapes are written as sparse
 files (headers and sizes exact, nothing read), since the refusal reads only the headers.
 
-Not measured here: HF's own `from_pretrained` + forward of the same checkpoint beside it; the tensors are stored
-under transformers' own (fused-expert) names, not the per-expert keys the hub's files use.
+The experts are stored as the hub's files store them: one key per expert and projection for Qwen3-MoE and
+DeepSeek-V3 (`experts.7.gate_proj.weight`), transformers' fused tensors only where the hub's files have them too
+(gpt-oss's `experts.gate_up_proj`).
 """
 
 import argparse
@@ -67,7 +68,22 @@ SHAPES = {  # name: (model type, published dims; the model card each comes from)
         PRODUCTION_CONFIGS["deepseek_v3"]["values"] | dict(first_k_dense_replace=0),
     ),
 }
-PHASES = ("3b", "native")  # each serves every shape here
+PHASES = ("3b", "native", "hf")  # hf: transformers' own from_pretrained + forward, bfloat16 then float32, for scale
+HF_OWN = """
+import json, sys, time, torch
+from transformers import AutoModelForCausalLM
+ids = torch.randint(0, {vocab}, (2, 192), generator=torch.Generator().manual_seed(0))
+out = {{}}
+for dtype in (torch.bfloat16, torch.float32):
+    t = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=dtype).eval()
+    loaded = time.perf_counter()
+    with torch.no_grad():
+        model(ids, use_cache=False)
+    out[str(dtype)] = dict(load_s=loaded - t, forward_s=time.perf_counter() - loaded)
+    del model
+print(json.dumps(out))
+"""
 SHARD_BYTES = 2 * 1024**3
 LAYERS = 2
 
@@ -77,11 +93,35 @@ def free_gb() -> float:
     return int(line.split()[1]) * 1024 / 1e9
 
 
+FUSED_ON_DISK = ("gpt_oss",)  # families whose published files hold the fused expert tensors transformers uses
+
+
+def on_disk(model_type: str, shapes: dict) -> dict:
+    "The keys and shapes the hub's files hold: transformers' fused `experts.gate_up_proj` (E, 2F, D) and `down_proj` (E, D, F) split into one (F, D) / (D, F) weight per expert and projection."
+    if model_type in FUSED_ON_DISK:
+        return shapes
+    out = {}
+    for key, shape in shapes.items():
+        head, _, name = key.rpartition(".")
+        if head.endswith("experts") and name == "gate_up_proj":
+            n_experts, two_f, dim = shape
+            for e in range(n_experts):
+                out[f"{head}.{e}.gate_proj.weight"] = out[f"{head}.{e}.up_proj.weight"] = (two_f // 2, dim)
+        elif head.endswith("experts") and name == "down_proj":
+            n_experts, dim, ffn = shape
+            for e in range(n_experts):
+                out[f"{head}.{e}.down_proj.weight"] = (dim, ffn)
+        else:
+            out[key] = shape
+    return out
+
+
 def write_checkpoint(folder: Path, model_type: str, dims: dict, sparse: bool) -> float:
     "The checkpoint's shards and config; its size in GB. `sparse`: headers and sizes only (the data a hole)."
     cfg = CONFIG_MAPPING[model_type](**dims | dict(num_hidden_layers=LAYERS, use_cache=True, tie_word_embeddings=False))
     with torch.device("meta"):
-        shapes = {k: tuple(t.shape) for k, t in AutoModelForCausalLM.from_config(cfg).state_dict().items()}
+        fused = {k: tuple(t.shape) for k, t in AutoModelForCausalLM.from_config(cfg).state_dict().items()}
+    shapes = on_disk(model_type, fused)
     folder.mkdir(parents=True)
     cfg.dtype = torch.bfloat16
     cfg.save_pretrained(folder)
@@ -125,9 +165,67 @@ def write_checkpoint(folder: Path, model_type: str, dims: dict, sparse: bool) ->
     return total / 1e9
 
 
-def run_phase(model_type: str, folder: Path, phase: str, out: Path) -> dict:
-    "One phase in a subprocess: status, wall, peak RSS (GNU time), and the floor the record gives."
-    cmd = [
+def run_phase(model_type: str, folder: Path, phase: str, out: Path, limit_gb: float) -> dict:
+    "One phase in a subprocess: status, wall, peak RSS (GNU time), and the floor the record gives; stopped (status 'over LIMIT') where its resident memory passes `limit_gb`."
+    if phase == "hf":
+        vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+        cmd = ["/usr/bin/time", "-v", sys.executable, "-c", HF_OWN.format(vocab=vocab), str(folder)]
+    else:
+        cmd = moe_bench_cmd(model_type, folder, phase, out)
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    over = watch(proc, limit_gb)
+    stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - t
+    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr)
+    peak_gb = int(peak.group(1)) * 1024 / 1e9 if peak else None  # GB, as the guard counts
+    if phase == "hf":
+        own = json.loads(stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
+        status = "done" if own else f"exit {proc.returncode}"
+        return dict(
+            status=status if not over else f"over {limit_gb:g} GB",
+            wall_s=wall,
+            peak_gb=peak_gb,
+            floor=None,
+            reason=json.dumps(own) if own else stderr[-600:],
+        )
+    rec_file = out / model_type / ("pretrained.json" if phase == "3b" else "native.json")
+    rec = json.loads(rec_file.read_text()) if rec_file.is_file() else {}
+    return dict(
+        status=f"over {limit_gb:g} GB" if over else rec.get("status", f"exit {proc.returncode}"),
+        wall_s=wall,
+        peak_gb=peak_gb,
+        floor=rec.get("memory_floor"),
+        reason=(rec.get("reason") or rec.get("error") or "")[-600:],
+    )
+
+
+def watch(proc: subprocess.Popen, limit_gb: float) -> bool:
+    "Poll the process tree's resident memory; kill it past `limit_gb` (True) rather than let the kernel kill this machine."
+    while proc.poll() is None:
+        if tree_rss_gb(proc.pid) > limit_gb:
+            proc.kill()
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def tree_rss_gb(pid: int) -> float:
+    "Resident memory of a process and its children, in GB (from /proc)."
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) * 1024
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except (OSError, AttributeError):
+            continue
+    return total / 1e9
+
+
+def moe_bench_cmd(model_type: str, folder: Path, phase: str, out: Path) -> list[str]:
+    return [
         "/usr/bin/time",
         "-v",
         "moe-bench",
@@ -141,19 +239,6 @@ def run_phase(model_type: str, folder: Path, phase: str, out: Path) -> dict:
         str(out),
         "--no-progress",
     ]
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
-    rec_file = out / model_type / ("pretrained.json" if phase == "3b" else "native.json")
-    rec = json.loads(rec_file.read_text()) if rec_file.is_file() else {}
-    return dict(
-        status=rec.get("status", f"exit {proc.returncode}"),
-        wall_s=wall,
-        peak_gb=int(peak.group(1)) / 1024**2 if peak else None,
-        floor=rec.get("memory_floor"),
-        reason=(rec.get("reason") or rec.get("error") or "")[-600:],
-    )
 
 
 def main() -> None:
@@ -161,6 +246,7 @@ def main() -> None:
     p.add_argument("--shape", action="append", choices=list(SHAPES))
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--phase", action="append", choices=PHASES)
+    p.add_argument("--limit-gb", type=float, default=21.0, help="stop a run whose resident memory passes this")
     args = p.parse_args()
     for name in args.shape or list(SHAPES):
         model_type, dims = SHAPES[name]
@@ -173,7 +259,15 @@ def main() -> None:
             disk = write_checkpoint(root / "ckpt", model_type, dims, sparse)
             print(f"{name}: {params / 1e9:.2f} G parameters, {disk:.1f} GB bf16 on disk{' (sparse)' if sparse else ''}")
             for phase in args.phase or PHASES:
-                runs = [run_phase(model_type, root / "ckpt", phase, root / f"out{i}") for i in range(args.runs)]
+                if phase == "hf" and 6 * params / 1e9 > free_gb():  # bf16 and float32 copies: 2 + 4 bytes
+                    print(
+                        f"  hf      not run: {params / 1e9:.2f} G parameters in float32 do not fit {free_gb():.1f} GB"
+                    )
+                    continue
+                runs = [
+                    run_phase(model_type, root / "ckpt", phase, root / f"out{i}", args.limit_gb)
+                    for i in range(args.runs)
+                ]
                 wall = statistics.median(r["wall_s"] for r in runs)
                 peak = statistics.median(r["peak_gb"] or 0 for r in runs)
                 r = runs[0]

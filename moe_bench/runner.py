@@ -215,7 +215,8 @@ def summary_line(rec: dict) -> str:
     if rec["phase"] == "parallelism" and "configs" in rec:
         extra = "  " + "  ".join(f"{c['name']}: {c['status']}" for c in rec["configs"])
     also = verdicts(rec)
-    reason = reason_of(rec) if rec["status"] not in GOOD else ""
+    failed_strict = rec.get("status_strict") not in (None, *GOOD)  # a spec PASS the strict verdict fails says why too
+    reason = reason_of(rec) if rec["status"] not in GOOD or failed_strict else ""
     return (
         f"{rec['phase']:<13} {rec['status']:<8}{extra}"
         + (f"  [{also}]" if also else "")

@@ -154,6 +154,7 @@ def test_published_config_through_3b_and_native(model_type, tmp_path):
         native = native_phase(model_type, str(folder), controls=False)
         assert_conforms(native)
         assert native["input"] == rec["input"]
+        assert set(native["head_shared"]) == {"tok_embeddings", "lm_head"}  # converted bit-exact: one copy, HF's
 
 
 VARIANTS = {  # the fields a Qwen3-MoE config.json can publish otherwise

@@ -5,8 +5,11 @@ weights at HF's init scale, ~2 GB shards, written by this script to a temporary 
     python scripts/bench_scale.py                        # every shape, each phase that serves it, one run
     python scripts/bench_scale.py --shape qwen3_30b --runs 3
 
-Printed per shape and phase: status, wall, wall per layer, peak RSS, and the floor `guard_memory` computes (the
-largest layer in the dtypes the phase holds at least at once, plus embeddings and head). Where the floor exceeds the
+Printed per shape and phase: status, wall, wall per layer, peak RSS (GB, as the guard counts), and the floor
+`guard_memory` computes (the largest layer at the phase's measured bytes per parameter, plus embeddings and head). The
+`hf` phase is the yardstick: transformers' own `from_pretrained` and one forward of the same checkpoint, in bfloat16
+then float32 (load and forward seconds each), where both fit. A run whose resident memory passes `--limit-gb` is
+stopped and printed as such, never left to the kernel. Where the floor exceeds the
 memory free, the phase refuses before it starts (UNSUPPORTED with the arithmetic): such shapes are written as sparse
 files (headers and sizes exact, nothing read), since the refusal reads only the headers.
 

@@ -76,19 +76,20 @@ def _then(first: Callable | None, second: Callable) -> Callable:
     return second if first is None else (lambda sd: second(first(sd)))
 
 
+def _clamps(module) -> list:
+    "The submodules of a Titan module that clamp their SwiGLU (gpt-oss's experts: `swiglu_limit`)."
+    return [m for m in module.modules() if isinstance(getattr(m, "swiglu_limit", None), float)]
+
+
 def _clamp_off(module) -> None:
-    for m in module.modules():
-        if isinstance(getattr(m, "swiglu_limit", None), float):
-            m.swiglu_limit = math.inf
+    for m in _clamps(module):
+        m.swiglu_limit = math.inf
 
 
 # Controls on a setting of the Titan module, not its weights: (applies to the module, change). Caught only where the
 # input reaches what they change: so each says whether it was reached, and is not one of the mapping's controls.
 SETTING_CONTROLS: dict[str, tuple[Callable, Callable]] = {
-    "SwiGLU clamp off": (
-        lambda module: any(isinstance(getattr(m, "swiglu_limit", None), float) for m in module.modules()),
-        _clamp_off,
-    ),
+    "SwiGLU clamp off": (lambda module: bool(_clamps(module)), _clamp_off),
 }
 
 
@@ -99,12 +100,12 @@ def layer_controls(layer, attr: str, expression, probe) -> tuple[dict, dict]:
     return mutations(dict(module.state_dict())), settings
 
 
-def _control_row(r: dict, ref, hf_err: float, mapping: str, kind: str) -> dict:
+def _control_row(r: dict, ref, hf_err: float, mapping: str) -> dict:
     "The gate/up control of every layer, in bfloat16: caught when the strict verdict FAILs it."
     err = rel_l2(r["titan_output"], ref)
     return dict(
         mapping=mapping,
-        kind=kind,
+        kind="mapping",
         kl=r["kl"],
         status="PASS" if r["kl"] < PRETRAINED_KL else "FAIL",
         titan_rel_err=err,
@@ -161,22 +162,19 @@ def check_moe_layer(
     control = compare_in_layer(
         layer, attr, expression, probe, args, kwargs, torch.bfloat16, titan_transform=_then(conversion, swap_gate_up)
     )
-    out["negative_control"] = _control_row(control, ref, hf_err, "experts' gate and up projections swapped", "mapping")
+    out["negative_control"] = _control_row(control, ref, hf_err, "experts' gate and up projections swapped")
     del control
     if sweep:  # in float32, on the layer as loaded (no copy but what a control rewrites)
         mapping, settings = layer_controls(layer, attr, expression, probe)
+        trials = [(n, "mapping", dict(titan_transform=_then(conversion, rw))) for n, rw in mapping.items()]
+        trials += [(n, "setting", dict(titan_transform=conversion, titan_modify=m)) for n, m in settings.items()]
         rows = []
-        for name, rewrite in mapping.items():
-            r = compare_in_layer(
-                layer, attr, expression, probe, args, kwargs, torch.float32, titan_transform=_then(conversion, rewrite)
-            )
-            rows.append(_sweep_row(r, ref, right_err, name, "mapping"))
-        for name, modify in settings.items():
-            r = compare_in_layer(
-                layer, attr, expression, probe, args, kwargs, torch.float32, conversion, titan_modify=modify
-            )
-            reached = not torch.equal(r["titan_output"], titan_f32)  # the setting changed Titan's output at all
-            rows.append(_sweep_row(r, ref, right_err, name, "setting") | dict(reached=reached))
+        for name, kind, change in trials:
+            r = compare_in_layer(layer, attr, expression, probe, args, kwargs, torch.float32, **change)
+            row = _sweep_row(r, ref, right_err, name, kind)
+            if kind == "setting":  # whether the input reached the setting: it changed Titan's output at all
+                row["reached"] = not torch.equal(r["titan_output"], titan_f32)
+            rows.append(row)
         out["controls"] = rows
     return out
 

@@ -25,21 +25,57 @@ FLOORS = [
     {"runner"},
 ]
 FLOOR = {m: i for i, floor in enumerate(FLOORS) for m in floor}
-MODULES = sorted(p.stem for p in (REPO / "moe_bench").glob("*.py") if not p.stem.startswith("_"))
+LIB = REPO / "moe_bench"
+MAX_MODULE_LINES = 900  # a room past this holds more than one concern: make it a package by concern (STYLE.md)
+
+
+def module_name(path) -> str:
+    "Dotted name of a module file under moe_bench/ (`prototypes/__init__.py` is the package `prototypes`)."
+    parts = list(path.relative_to(LIB).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = sorted(
+    module_name(p)
+    for p in LIB.rglob("*.py")
+    if not p.stem.startswith("_") or (p.stem == "__init__" and p.parent != LIB)
+)
+
+
+def source_path(module: str):
+    path = LIB.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _known(dotted: str) -> str:
+    "The longest module of moe_bench that `dotted` (a name under moe_bench) names or lies in."
+    parts = dotted.split(".")
+    while parts and ".".join(parts) not in FLOOR:
+        parts.pop()
+    return ".".join(parts) or dotted
 
 
 def imports_of(module: str, source: str | None = None) -> set[str]:
     "moe_bench modules `module` imports anywhere in its source (top level or inside a function)."
-    tree = ast.parse(source if source is not None else (REPO / "moe_bench" / f"{module}.py").read_text())
+    path = source_path(module)
+    tree = ast.parse(source if source is not None else path.read_text())
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1:
-                out.add((node.module or "").split(".")[0] or next(a.name for a in node.names))
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                names = (
+                    [".".join(base + [node.module])] if node.module else [".".join(base + [a.name]) for a in node.names]
+                )
             elif (node.module or "").startswith("moe_bench"):
-                out.add(node.module.split(".")[1] if "." in node.module else next(a.name for a in node.names))
+                rest = node.module.split(".")[1:]
+                names = [".".join(rest)] if rest else [a.name for a in node.names]
+            else:
+                continue
+            out |= {_known(n) for n in names if n}
         elif isinstance(node, ast.Import):
-            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("moe_bench.")}
+            out |= {_known(a.name.split(".", 1)[1]) for a in node.names if a.name.startswith("moe_bench.")}
     return out - {module}
 
 
@@ -48,7 +84,7 @@ def test_every_module_has_a_floor():
 
 
 def upward_imports(module: str, source: str | None = None) -> list[str]:
-    return sorted(m for m in imports_of(module, source) if FLOOR[m] >= FLOOR[module])
+    return sorted(m for m in imports_of(module, source) if FLOOR.get(m, len(FLOORS)) >= FLOOR[module])
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -68,3 +104,22 @@ def test_imports_only_from_lower_floors(module):
 def test_the_check_sees_an_upward_import(source):
     "Negative control: a phase importing a phase, in any spelling, even inside a function, is reported."
     assert upward_imports("equivalence", source) == ["probe"]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_no_module_holds_more_than_one_room(module):
+    "No module of moe_bench/ (the generated `_modidx.py` aside) passes MAX_MODULE_LINES lines."
+    lines = len(source_path(module).read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{module}: {lines} lines; split it by concern"
+
+
+def test_the_size_check_reads_the_files():
+    "Negative control: the check measures real files (the largest module is not empty) and sees a package's index."
+    assert max(len(source_path(m).read_text().splitlines()) for m in MODULES) > 100
+    assert module_name(LIB / "pkg" / "__init__.py") == "pkg" and module_name(LIB / "pkg" / "a.py") == "pkg.a"
+
+
+def test_the_check_reads_a_package_modules_imports():
+    "Negative control: two dots from a package module climb to moe_bench; `from . import x` is a sibling."
+    found = imports_of("pkg.a", "from ..probe import probe_model\nfrom . import b\nimport moe_bench.core")
+    assert {"probe", "core"} <= found and "pkg.b" in found

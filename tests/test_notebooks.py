@@ -5,7 +5,8 @@ import pytest
 
 from conftest import REPO
 
-NOTEBOOKS = sorted(p.name for p in (REPO / "nbs").glob("*.ipynb"))
+NBS = REPO / "nbs"
+NOTEBOOKS = sorted(p.relative_to(NBS).as_posix() for p in NBS.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
 def test_every_notebook_is_collected():
@@ -14,6 +15,6 @@ def test_every_notebook_is_collected():
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook(name, monkeypatch):
-    monkeypatch.chdir(REPO / "nbs")
-    ok, _ = nbt.test_nb(REPO / "nbs" / name, skip_flags=["notest", "slow"], basepath=REPO)
+    monkeypatch.chdir((NBS / name).parent)  # as nbdev_test runs it: from the notebook's own folder
+    ok, _ = nbt.test_nb(NBS / name, skip_flags=["notest", "slow"], basepath=REPO)
     assert ok, f"{name} failed; run `nbdev_test --path nbs/{name}` to see the cell"

@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import papermill
@@ -45,26 +46,104 @@ from .report_pages import render_html
 from .trained import TRAINED
 
 # %% auto #0
-__all__ = ['NBS_DIR', 'PHASES', 'ORDER', 'TCP_NOTICE', 'KERNEL_ARGS', 'IN_PROCESS', 'phase_notebook', 'parse_phases',
+__all__ = ['NBS_DIR', 'PHASES', 'PARTS', 'ORDER', 'TCP_NOTICE', 'KERNEL_ARGS', 'PhasePart', 'phase_notebook', 'parse_phases',
            'declared_parameters', 'validate_parameters', 'run_notebook', 'stops_the_run', 'runs_3b', 'run_model',
            'summary_line', 'exit_code', 'save_and_return', 'run_all', 'check_model', 'main']
 
 # %% ../nbs/06_runner.ipynb #75b2884f
 NBS_DIR = REPO_ROOT / "nbs"
-PHASES: dict[str, tuple[tuple[str, str], ...]] = {  # in the order they run
-    "1": (("probe", "01_probe.ipynb"),),
-    "2": (("config", "02_config.ipynb"),),
-    "3": (("equivalence", "03_equivalence.ipynb"), ("gap_analysis", "03c_gap_analysis.ipynb")),
-    "3b": (("pretrained", "03e_pretrained.ipynb"),),
-    "4": (("parallelism", "04_parallelism.ipynb"),),
-    "native": (("native", "07_native.ipynb"),),  # torchtitan's own models; asked for by name, not in 1-4
+
+
+def _equivalence_figures(rec: dict) -> str:
+    return "  ".join(
+        f"{dt}: {m['status']} kl={fig(m['kl'])} max_diff={fig(m['max_diff'])}" for dt, m in rec["metrics"].items()
+    )
+
+
+def _gap_figures(rec: dict) -> str:
+    return "  ".join(
+        f"{dt}: max_diff {fig(t[0]['max_diff'])} -> {fig(t[-1]['max_diff'])}" for dt, t in rec["tables"].items()
+    )
+
+
+def _pretrained_figures(rec: dict) -> str:
+    lg, sm = rec["logits"]["titan"], rec["summary"]
+    return f"{sm['moe_layers']} MoE layers; logits: token KL {fig(lg['token_kl_mean'])}, top-1 {fig(lg['top1_agreement'], '.1%')}"
+
+
+def _native_figures(rec: dict) -> str:
+    sm = rec["summary"]
+    return (
+        f"worst ratio float32 {fig(sm['worst_ratio_float32'], '.2f')} (top-1 {fig(sm['top1_float32'], '.1%')}), "
+        f"bfloat16 {fig(sm['worst_ratio_bfloat16'], '.2f')}; controls caught: {rec['controls_caught']}"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhasePart:
+    "One record a phase writes: its notebook, how the batch runs it in this process, and what its summary line shows."
+
+    name: str  # the record's `phase`
+    notebook: str  # in nbs/
+    in_process: Callable[[str], dict] | None  # model -> record; None: the batch runs it otherwise (phase 4: torchrun)
+    figures_need: str = ""  # the record key the figures read (an ERROR record lacks it: no figures then)
+    figures: Callable[[dict], str] = lambda rec: ""
+
+
+PHASES: dict[str, tuple[PhasePart, ...]] = {  # in the order they run
+    "1": (PhasePart(name="probe", notebook="01_probe.ipynb", in_process=probe_model),),
+    "2": (PhasePart(name="config", notebook="02_config.ipynb", in_process=config_phase),),
+    "3": (
+        PhasePart(
+            name="equivalence",
+            notebook="03_equivalence.ipynb",
+            in_process=equivalence_phase,
+            figures_need="metrics",
+            figures=_equivalence_figures,
+        ),
+        PhasePart(
+            name="gap_analysis",
+            notebook="03c_gap_analysis.ipynb",
+            in_process=lambda m: gap_analysis_phase(m)[0],
+            figures_need="tables",
+            figures=_gap_figures,
+        ),
+    ),
+    "3b": (  # in process: the built-in trained checkpoint, where there is one
+        PhasePart(
+            name="pretrained",
+            notebook="03e_pretrained.ipynb",
+            in_process=lambda m: pretrained_phase(m)[0],
+            figures_need="logits",
+            figures=_pretrained_figures,
+        ),
+    ),
+    "4": (
+        PhasePart(
+            name="parallelism",
+            notebook="04_parallelism.ipynb",
+            in_process=None,
+            figures_need="configs",
+            figures=lambda rec: "  ".join(f"{c['name']}: {c['status']}" for c in rec["configs"]),
+        ),
+    ),
+    "native": (  # torchtitan's own models; asked for by name, not in 1-4; UNSUPPORTED where torchtitan has none
+        PhasePart(
+            name="native",
+            notebook="07_native.ipynb",
+            in_process=native_phase,
+            figures_need="summary",
+            figures=_native_figures,
+        ),
+    ),
 }
+PARTS = {part.name: part for parts in PHASES.values() for part in parts}
 ORDER = list(PHASES)
 
 
 def phase_notebook(phase: str, part: int = 0) -> Path:
     "Path of a phase's notebook (phase 3 has two: equivalence, then its gap analysis)."
-    return NBS_DIR / PHASES[str(phase)][part][1]
+    return NBS_DIR / PHASES[str(phase)][part].notebook
 
 
 def parse_phases(spec: str) -> list[str]:
@@ -168,10 +247,10 @@ def run_model(
 ) -> list[dict]:
     "Run phases of `model` (3b on `checkpoint`, or where there is none on the built-in one if any); return their records."
     steps = [
-        (phase, name, NBS_DIR / nb)
+        (phase, part.name, NBS_DIR / part.notebook)
         for phase in phases
         if phase != "3b" or runs_3b(model, checkpoint)
-        for name, nb in PHASES[phase]
+        for part in PHASES[phase]
     ]
     records = []
     bar = tqdm(steps, desc=model, unit="notebook", disable=not progress)
@@ -191,29 +270,8 @@ def run_model(
 
 def summary_line(rec: dict) -> str:
     "One line per phase record for the terminal: status, figures, the other verdicts, and why it did not pass."
-    extra = ""
-    if rec["phase"] == "equivalence" and "metrics" in rec:
-        extra = "  " + "  ".join(
-            f"{dt}: {m['status']} kl={fig(m['kl'])} max_diff={fig(m['max_diff'])}" for dt, m in rec["metrics"].items()
-        )
-    if rec["phase"] == "gap_analysis" and "tables" in rec:
-        extra = "  " + "  ".join(
-            f"{dt}: max_diff {fig(t[0]['max_diff'])} -> {fig(t[-1]['max_diff'])}" for dt, t in rec["tables"].items()
-        )
-    if rec["phase"] == "pretrained" and "logits" in rec:
-        lg, sm = rec["logits"]["titan"], rec["summary"]
-        extra = (
-            f"  {sm['moe_layers']} MoE layers; logits: token KL {fig(lg['token_kl_mean'])}, top-1 "
-            f"{fig(lg['top1_agreement'], '.1%')}"
-        )
-    if rec["phase"] == "native" and "summary" in rec:
-        sm = rec["summary"]
-        extra = (
-            f"  worst ratio float32 {fig(sm['worst_ratio_float32'], '.2f')} (top-1 {fig(sm['top1_float32'], '.1%')}), "
-            f"bfloat16 {fig(sm['worst_ratio_bfloat16'], '.2f')}; controls caught: {rec['controls_caught']}"
-        )
-    if rec["phase"] == "parallelism" and "configs" in rec:
-        extra = "  " + "  ".join(f"{c['name']}: {c['status']}" for c in rec["configs"])
+    part = PARTS.get(rec["phase"])
+    extra = f"  {part.figures(rec)}" if part and part.figures_need in rec else ""
     also = verdicts(rec)
     failed_strict = rec.get("status_strict") not in (None, *GOOD)  # a spec PASS the strict verdict fails says why too
     reason = reason_of(rec) if rec["status"] not in GOOD or failed_strict else ""
@@ -230,15 +288,6 @@ def exit_code(records: list[dict]) -> int:
     return 0 if worst in GOOD else (3 if worst in NOT_APPLICABLE else 1)
 
 # %% ../nbs/06_runner.ipynb #4cd6d0cf
-IN_PROCESS: dict[str, tuple[tuple[str, Callable[[str], dict]], ...]] = {
-    "1": (("probe", probe_model),),
-    "2": (("config", config_phase),),
-    "3": (("equivalence", equivalence_phase), ("gap_analysis", lambda m: gap_analysis_phase(m)[0])),
-    "3b": (("pretrained", lambda m: pretrained_phase(m)[0]),),  # the built-in trained checkpoint, where there is one
-    "native": (("native", native_phase),),  # UNSUPPORTED where torchtitan has no native model
-}
-
-
 def save_and_return(rec: dict, out_dir: str) -> dict:
     "Save a record and give it back."
     save_record(rec, out_dir)
@@ -297,12 +346,13 @@ def run_all(
     "The chosen phases for every discovered MoE model (or `models`); records by model."
     models = list(models or moe_model_candidates())
     results = {m: [] for m in models}
-    if set(phases) & set(IN_PROCESS):
+    in_process = [p for p in phases if all(part.in_process for part in PHASES[p])]
+    if in_process:
         bar = tqdm(models, desc="all models", unit="model", disable=not progress)
         for model in bar:
             bar.set_postfix_str(model)
             steps = [
-                step for p in phases if p in IN_PROCESS and (p != "3b" or runs_3b(model)) for step in IN_PROCESS[p]
+                (part.name, part.in_process) for p in in_process if p != "3b" or runs_3b(model) for part in PHASES[p]
             ]
             results[model] = _in_process(model, steps, out_dir) if steps else []
             if not progress:

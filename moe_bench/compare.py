@@ -601,10 +601,10 @@ def _control_caught(ext: dict) -> bool:
     return ext["status_strict"] == "PASS" if "status_strict" in ext else ext["negative_control_caught"]
 
 
-def with_extension(core_status: str, extensions: list[dict]) -> str | None:
-    "`PASS with extension <name>` where the core alone falls short and an extension passes with its control caught."
-    ok = [e["name"] for e in extensions if e["status"] == "PASS" and _control_caught(e)]
-    return f"PASS with extension {ok[0]}" if core_status != "PASS" and ok else None
+def with_extension(core_status: str, checks: list[dict], kind: str = "extension") -> str | None:
+    "`PASS with <kind> <name>` where the core alone falls short and a check of that kind passes with its control caught."
+    ok = [e["name"] for e in checks if e["status"] == "PASS" and _control_caught(e)]
+    return f"PASS with {kind} {ok[0]}" if core_status != "PASS" and ok else None
 
 # %% ../nbs/00h_compare.ipynb #4b522fe6
 F32_COMBINE = next(e for e in EXTENSIONS if e.name == "f32_combine")
@@ -766,7 +766,7 @@ def in_model_strict(
 
 
 def in_model_check(config, expression: Expression, seed: int = 0) -> list[dict]:
-    "The `extensions` entry of a block the core cannot hold: both verdicts in the model with `expression`, its mutations and round trip."
+    "The `prototype_checks` entry of a block the core cannot hold: both verdicts in the model with `expression`, its mutations and round trip."
     model = build_model(
         config, "cpu"
     ).float()  # a causal LM, or the bare decoder where the family has no LM class for this config

@@ -52,7 +52,7 @@ def _expressed_by(rec: dict) -> str:
 
 def _prototype(eq: dict) -> dict | None:
     "The in-model entry of a block only a prototype holds (it has its own strict verdict), else None."
-    return next((e for e in eq.get("extensions") or [] if "status_strict" in e), None)
+    return next((e for e in eq.get("prototype_checks") or [] if "status_strict" in e), None)
 
 
 def _prototype_strict(eq: dict) -> str:
@@ -70,7 +70,7 @@ def summary_row(model: str, recs: dict) -> dict:
     return dict(
         model=model,
         status=status,
-        extension=eq.get("status_with_extension") or "",
+        passes_with=eq.get("status_with_prototype") or eq.get("status_with_extension") or "",
         expression=_expressed_by(eq or probe),
         strict=eq.get("status_strict") or _prototype_strict(eq),
         probe=probe.get("status", "not run"),
@@ -108,9 +108,10 @@ def reason_of(rec: dict) -> str:
 
 
 def verdicts(rec: dict) -> str:
-    "The strict and with-extension verdicts beside the spec's, where the record has them."
+    "The strict and with-prototype (or with-extension) verdicts beside the spec's, where the record has them."
     out = [f"strict {rec['status_strict']}"] if rec.get("status_strict") else []
-    return "; ".join(out + ([rec["status_with_extension"]] if rec.get("status_with_extension") else []))
+    passes_with = rec.get("status_with_prototype") or rec.get("status_with_extension")
+    return "; ".join(out + ([passes_with] if passes_with else []))
 
 # %% ../nbs/05_compat_doc.ipynb #a4d3fa1d
 def _runs(v) -> str:
@@ -234,7 +235,7 @@ def _pretrained_section(records: dict[str, dict[str, dict]]) -> list[str]:
             lines.append(f"| {m} | - | - | {p['status']} | - | - | - | - | - | - |")
             continue
         sm, lg = p["summary"], p["logits"]["titan"]
-        status = p["status_with_extension"] or p["status"]
+        status = p["status_with_prototype"] or p["status"]
         ckpt = (
             "built-in"
             if (p["checkpoint"].get("training") or {}).get("seed") is not None
@@ -336,18 +337,19 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
         "## Numerical Equivalence Summary",
         "",
         "Status is torchtitan's alone: its core MoE, or the MoE one of its models ships (the `expressed by` column);",
-        "where that falls short and a `moe_bench.extensions` prototype passes, the `with extension` column says so.",
+        "where that falls short, the `passes with` column names the prototype of a core change that holds the block",
+        "(`moe_bench.prototypes`) or, for a block the core holds, the extension (a numerical option) that passes.",
         "`status` is the spec's verdict (bfloat16 KL, thresholds fixed); `strict` needs Titan's bfloat16 error to HF's",
         "float32 output within 4x HF's own bfloat16 error, its float32 error to HF's float64 output within 4x HF's own",
         "float32 error, an exact round trip, and every mutation of the sweep outside those bounds. A block only a",
         "prototype holds is judged the same way inside the model (HF's decoder layer one precision up on the layer's own",
         "input is the reference): its `strict` reads `PASS (prototype)` or `FAIL (prototype)`.",
         "",
-        "| model | expressed by | status | strict | with extension | KL (bf16) | max_diff (bf16) | cos_sim | round trip | max_diff aligned | gap analysis |",
+        "| model | expressed by | status | strict | passes with | KL (bf16) | max_diff (bf16) | cos_sim | round trip | max_diff aligned | gap analysis |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['model']} | {r['expression']} | {r['status']} | {r['strict']} | {r['extension'] or '-'} | {_fmt(r['kl'])} | {_fmt(r['max_diff'])} | {_fmt(r['cos_sim'], '.6f')} | "
+        f"| {r['model']} | {r['expression']} | {r['status']} | {r['strict']} | {r['passes_with'] or '-'} | {_fmt(r['kl'])} | {_fmt(r['max_diff'])} | {_fmt(r['cos_sim'], '.6f')} | "
         f"{r['roundtrip']} | {_fmt(r['max_diff_aligned'])} | {r['gap']} |"
         for r in rows
     ]
@@ -373,7 +375,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
         p = r.get("parallelism", {})
         par = {c["name"]: c["status"] for c in p.get("configs", [])}
         fill = "not run" if par or not p else p["status"]  # a record without configurations: BLOCKED, ERROR, ...
-        ext = f" (with extension {p['extension'].split()[0]})" if p.get("extension") else ""
+        ext = f" (with prototype {p['prototype'].split()[0]})" if p.get("prototype") else ""
         lines.append(
             f"| {m}{ext} | " + " | ".join(par.get(c, fill) for c in ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")) + " |"
         )
@@ -405,9 +407,9 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     for m, r in records.items():
         for issue in r.get("probe", {}).get("issues") or []:
             needs.setdefault(issue, []).append(m)
-        for e in r.get("equivalence", {}).get("extensions") or []:
+        for e in r.get("equivalence", {}).get("prototype_checks") or []:
             if e["status"] == "PASS":
-                needs.setdefault(f"{e['core_change']} (prototype: extension `{e['name']}`)", []).append(m)
+                needs.setdefault(f"{e['core_change']} (prototype `{e['name']}`)", []).append(m)
     lines += ["", "## Core Changes Needed for Full Support", ""]
     lines += [f"- {issue}: {', '.join(ms)}" for issue, ms in sorted(needs.items())] or ["- none recorded"]
     return "\n".join(lines) + "\n"
@@ -421,7 +423,7 @@ def unexplained(recs: dict) -> str | None:
     eq, gap, proto = recs.get("equivalence", {}), recs.get("gap_analysis", {}), _prototype(recs.get("equivalence", {}))
     strict = proto["status_strict"] if proto else eq.get("status_strict")
     if strict is None:
-        why = eq.get("extension_reason") or eq.get("reason") or "; ".join(eq.get("issues") or []) or "no record"
+        why = eq.get("prototype_reason") or eq.get("reason") or "; ".join(eq.get("issues") or []) or "no record"
         return f"not compared ({eq.get('status', 'not run')}): {why}"
     if strict != "PASS":
         return f"strict verdict {strict}"
@@ -555,7 +557,7 @@ def index_html(records: dict[str, dict[str, dict]], root: Path) -> str:
         rows.append(
             f"<tr data-status='{html.escape(r['status'])}' data-model='{html.escape(m)}'><td>{html.escape(m)}</td>"
             f"<td>{html.escape(r['expression'])}</td><td class='{html.escape(r['status'])}'>{html.escape(r['status'])}</td>"
-            f"<td>{html.escape(r['extension'] or '-')}</td><td>{_fmt(r['kl'])}</td><td>{_fmt(r['max_diff'])}</td>"
+            f"<td>{html.escape(r['passes_with'] or '-')}</td><td>{_fmt(r['kl'])}</td><td>{_fmt(r['max_diff'])}</td>"
             f"<td>{_fmt(r['max_diff_aligned'])}</td>{cells}</tr>\n"
         )
     statuses = sorted({summary_row(m, recs)["status"] for m, recs in records.items()})
@@ -569,7 +571,7 @@ def index_html(records: dict[str, dict[str, dict]], root: Path) -> str:
         "<p><label>status <select id='status' onchange='filterRows()'><option value=''>all</option>"
         f"{options}</select></label> <label>model <input id='model' oninput='filterRows()'></label> "
         f"<span id='shown'>{len(records)}</span> of {len(records)} models</p>"
-        "<table id='models'><tr><th>model</th><th>expressed by</th><th>status</th><th>with extension</th>"
+        "<table id='models'><tr><th>model</th><th>expressed by</th><th>status</th><th>passes with</th>"
         f"<th>KL (bf16)</th><th>max_diff (bf16)</th><th>max_diff aligned</th>{heads}</tr>\n{''.join(rows)}</table>"
         "</body></html>\n"
     )

@@ -75,7 +75,18 @@ def _check(model: str, small: bool) -> dict:
         return dict(status="UNSUPPORTED", reason=reason)
     eq = equivalence_phase(model, small=small)
     out = {
-        k: eq[k] for k in ("block", "expression", "issues", "reason", "extensions", "status_with_extension") if k in eq
+        k: eq[k]
+        for k in (
+            "block",
+            "expression",
+            "issues",
+            "reason",
+            "extensions",
+            "status_with_extension",
+            "prototype_checks",
+            "status_with_prototype",
+        )
+        if k in eq
     }
     if eq["status"] == "BLOCKED" and eq.get("expression"):  # a prototype holds the block: its gap analysis too
         gap, _ = gap_analysis_phase(model, small=small)

@@ -69,20 +69,20 @@ def equivalence_phase(model: str, seed: int = 0, small: bool = False) -> dict:
         too_large = memory_shortfall(hf_block, bytes_per_param=IN_MODEL_BYTES_PER_PARAM) if expression else None
         judged = expression.judged_moe_layer if expression else 0  # a model holding the MoE layer the check judges
         in_model = synthetic_config(model, small=small, moe_layers=judged + 1)[0] if judged else syn
-        extensions = in_model_check(in_model, expression, seed) if expression is not None and not too_large else []
+        checks = in_model_check(in_model, expression, seed) if expression is not None and not too_large else []
         if expression is not None and not too_large:  # each other kind of MoE layer, on its own layer
-            extensions += [x for kind in other_layer_kinds(syn, expression) for x in in_model_check(syn, kind, seed)]
+            checks += [x for kind in other_layer_kinds(syn, expression) for x in in_model_check(syn, kind, seed)]
         return phase_record(
             model,
             "equivalence",
             "BLOCKED",
             **base,
             issues=probe.issues,
-            extensions=extensions,
-            status_with_extension=with_extension("BLOCKED", extensions)  # where every kind passes
-            if all(with_extension("BLOCKED", [x]) for x in extensions)
+            prototype_checks=checks,
+            status_with_prototype=with_extension("BLOCKED", checks, "prototype")  # where every kind passes
+            if all(with_extension("BLOCKED", [x], "prototype") for x in checks)
             else None,
-            **({"extension_reason": f"in-model check not run: {too_large}"} if too_large else {}),
+            **({"prototype_reason": f"in-model check not run: {too_large}"} if too_large else {}),
         )
     if too_large := memory_shortfall(hf_block):
         return phase_record(model, "equivalence", "UNSUPPORTED", **base, reason=too_large)
@@ -117,7 +117,7 @@ def equivalence_phase(model: str, seed: int = 0, small: bool = False) -> dict:
     status_strict = worst_status(
         right["status"], roundtrip["status"], "PASS" if all(m["caught"] for m in sweep) else "FAIL"
     )
-    extensions = (  # the extensions are prototypes of changes to the core MoE
+    extensions = (  # numerical options the core MoE lacks (glossary: extension), tried where the core falls short
         extension_check(hf_block, probe, seed, ref=bf16)
         if status != "PASS" and roundtrip["status"] == "PASS" and expression is CORE
         else []

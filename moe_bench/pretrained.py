@@ -367,9 +367,9 @@ def pretrained_phase(
         model,
         "pretrained",
         status if held else "BLOCKED",
-        status_with_extension=None
+        status_with_prototype=None
         if held
-        else f"{status} with extension {'+'.join(e for e in expressions if e not in own)}",
+        else f"{status} with prototype {'+'.join(e for e in expressions if e not in own)}",
         status_strict=worst_status(*strict_parts),
         reason=failure_reason(summary, logits, worst_status(*strict_parts)),
         expressions=expressions,

@@ -43,9 +43,11 @@ def test_small_width_coverage(model):
         if rec["block"].get("level") == "layer":  # router and experts beside the dense MLP: the LayerMoE prototype
             assert rec["expression"] == "layer_moe", rec["expression"]
         if rec["expression"]:  # a moe_bench prototype holds it: its verdict stands beside the core's BLOCKED
-            assert (rec["status_with_extension"] or "").startswith(f"PASS with extension {rec['expression']}")
-            assert all(e["negative_control_caught"] and e["roundtrip"] == "PASS" for e in rec["extensions"])
-            in_model = [e for e in rec["extensions"] if "status_strict" in e]  # judged in the model: its own sweep
+            assert (rec["status_with_prototype"] or "").startswith(f"PASS with prototype {rec['expression']}")
+            assert all(e["negative_control_caught"] and e["roundtrip"] == "PASS" for e in rec["prototype_checks"])
+            in_model = [
+                e for e in rec["prototype_checks"] if "status_strict" in e
+            ]  # judged in the model: its own sweep
             assert all(e["status_strict"] == "PASS" and all(m["caught"] for m in e["mutations"]) for e in in_model)
             if rec["gap"] != "BLOCKED":  # a block-scope prototype's differences are explained to 0 in both dtypes
                 assert rec["gap"] == "PASS", rec

@@ -280,7 +280,7 @@ def test_every_trained_checkpoint(trained_records, model):
         assert rec["logits"]["aligned"]["max_diff"] == 0.0 and rec["gap_analysis"]["explained"]
         assert rec["gap_analysis"]["torchtitan_unchanged"]
     else:  # a prototype: its verdict stands beside the core's BLOCKED
-        assert rec["status"] == "BLOCKED" and rec["status_with_extension"].startswith("PASS with extension")
+        assert rec["status"] == "BLOCKED" and rec["status_with_prototype"].startswith("PASS with prototype")
     assert rec["checkpoint"]["shards"] > 1 and rec["input"]["source"].startswith("tokenizer")
     assert rec["checkpoint"]["training"]["final_loss"] < 5.0  # far below ln(1024) = 6.93, the uniform baseline
 
@@ -291,7 +291,7 @@ def test_committed_record_regenerates(trained_records, model):
     " same statuses, same checkpoint (its training run), the folder named the same."
     committed = json.loads((REPO / "reports" / model / "pretrained.json").read_text())
     rec = trained_records[model]
-    for field in ("status", "status_strict", "status_with_extension"):
+    for field in ("status", "status_strict", "status_with_prototype"):
         assert rec.get(field) == committed.get(field), (field, rec.get(field), committed.get(field))
     assert rec["checkpoint"] == committed["checkpoint"] and rec["checkpoint"]["folder"] == f"checkpoints/{model}"
 

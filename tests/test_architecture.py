@@ -123,3 +123,39 @@ def test_the_check_reads_a_package_modules_imports():
     "Negative control: two dots from a package module climb to moe_bench; `from . import x` is a sibling."
     found = imports_of("pkg.a", "from ..probe import probe_model\nfrom . import b\nimport moe_bench.core")
     assert {"probe", "core"} <= found and "pkg.b" in found
+
+
+MAX_EXPORT_CELL_LINES = 60  # one function or one small class per export cell, then its prose and its test (STYLE.md)
+PACKAGE_NOTEBOOKS = sorted(
+    p.relative_to(REPO / "nbs").as_posix()
+    for p in (REPO / "nbs").glob("*/*.ipynb")
+    if ".ipynb_checkpoints" not in p.parts
+)
+
+
+def long_export_cells(cells: list[dict]) -> list[tuple[int, int]]:
+    "(index, lines) of each export cell over MAX_EXPORT_CELL_LINES lines."
+    out = []
+    for i, cell in enumerate(cells):
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "code" and text.startswith(("#| export", "#| exporti")):
+            if (n := len(text.splitlines())) > MAX_EXPORT_CELL_LINES:
+                out.append((i, n))
+    return out
+
+
+@pytest.mark.parametrize("notebook", PACKAGE_NOTEBOOKS)
+def test_package_notebooks_keep_export_cells_short(notebook):
+    "The notebooks of the packages (prototypes, sharding, native) hold no export cell over MAX_EXPORT_CELL_LINES lines."
+    import json
+
+    cells = json.loads((REPO / "nbs" / notebook).read_text())["cells"]
+    assert not long_export_cells(cells), f"{notebook}: export cells (index, lines) {long_export_cells(cells)}"
+
+
+def test_the_cell_check_sees_a_long_cell():
+    "Negative control: a 61-line export cell is reported, a 61-line test cell and a 60-line export cell are not."
+    long_cell = dict(cell_type="code", source=["#| export\n"] + ["x = 1\n"] * 60)
+    short = dict(cell_type="code", source=["#| export\n"] + ["x = 1\n"] * 59)
+    test = dict(cell_type="code", source=["x = 1\n"] * 61)
+    assert long_export_cells([short, long_cell, test]) == [(1, 61)]

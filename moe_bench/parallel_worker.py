@@ -15,6 +15,7 @@ import sys
 import time
 import traceback
 import warnings
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -30,29 +31,19 @@ from .exact import float64_steps
 from .expression import Expressed, Expression, seed_token_tables_, swap_titan_moe
 from .extensions import TokenNoise
 from .hf import build_model, config_with, decoder_layers, embeddings, moe_attr_name, moe_block, real_config
-from moe_bench.sharding import (
-    GATES,
-    INDEX_HEAD_COUNTS,
-    KV_CONVS,
-    ROUTER_PART_WHY,
-    SHARED_KV,
-    Plan,
-    PlanError,
-    S,
-    apply_fsdp,
-    apply_model_parallel,
-    check_plan,
-    model_plan,
-)
+from .sharding import Plan, PlanError, apply_fsdp, apply_model_parallel, check_plan, model_plan
 from .synth import synthetic_config, synthetic_overrides
+from .worker_controls import control_record, negative_plans
 
 # %% auto #0
 __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'SEQUENCE_RATES', 'SEQUENCE_ENTRIES', 'SEQUENCE_TOPK', 'LAYER_KIND_FIELDS',
-           'RTOL', 'ATOL', 'RTOL_LOSS', 'WORLD', 'CONFIG_NAMES', 'layers_for_every_kind', 'sequence_fits',
-           'parallel_test_config', 'parallel_test_model', 'swapped_moes', 'key_token_noise', 'token_noises',
-           'tp_degree', 'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps', 'reference_steps',
-           'grad_diff', 'compare_steps', 'parity_error', 'rounding_floor', 'run_config', 'negative_plans',
-           'float64_runner', 'float64_summary', 'cause_of_miss', 'model_results', 'worker']
+           'RTOL', 'ATOL', 'RTOL_LOSS', 'TOLERANCE', 'WORLD', 'CONFIG_NAMES', 'MODEL_CONFIG_FIELDS',
+           'layers_for_every_kind', 'sequence_fits', 'parallel_test_config', 'parallel_test_model', 'swapped_moes',
+           'key_token_noise', 'token_noises', 'tp_degree', 'parallel_configs', 'make_batch', 'model_inputs_of',
+           'train_steps', 'reference_steps', 'grad_diff', 'compare_steps', 'parity_error', 'rounding_floor',
+           'run_config', 'float64_runner', 'float64_summary', 'cause_of_miss', 'same_weights_on_every_rank',
+           'tracked_parameters', 'Reference', 'reference_of', 'explain_misses_', 'controls_dtype', 'plan_controls',
+           'noise_control', 'model_record', 'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
 SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1  # the batch phase 4 trains on: the model's sequence fields fit SEQ
@@ -146,6 +137,14 @@ def token_noises(model: torch.nn.Module) -> list[TokenNoise]:
 
 # %% ../nbs/04c_worker.ipynb #964d22b3
 RTOL, ATOL, RTOL_LOSS = 1e-5, 1e-8, 2e-6
+TOLERANCE = dict(
+    rtol=RTOL,
+    atol=ATOL,
+    rtol_loss=RTOL_LOSS,
+    rule="per step, one process from the weights the parallel run starts the step with: |g - g_ref|max <= rtol max|g_ref| + atol "
+    "for every parameter, |loss - loss_ref| <= rtol_loss |loss_ref|; the weights: step 1 exactly the reference's, "
+    "later the SGD update of the run's own previous gradients within one rounding (eps max|w|)",
+)
 WORLD = 4
 CONFIG_NAMES = ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")
 
@@ -423,306 +422,6 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
     dist.barrier()
     return rec
 
-# %% ../nbs/04c_worker.ipynb #305e6691
-def negative_plans(
-    plan: Plan, hf_tp_plan: dict | None, model: torch.nn.Module | None = None
-) -> list[tuple[str, Plan, bool, str]]:
-    "(label, wrong plan, role rules on, what must catch it) for the model's plan (and its modules, where given)."
-    # the norms inside a decoder layer (an indexed name: model.layers.0, dbrx's transformer.blocks.0), not the final one,
-    # each named by its last word that is not a list index (longcat_flash's `post_attention_layernorm.0` and `.1`);
-    # without any (qwen4_exp's hyper-connections hold its norms, axk2's gated norms a norm and a gate), its per-token ones
-    in_layer = [e for e in plan.entries if any(p.isdigit() for p in e.pattern.split("."))]
-    words = [(next(p for p in reversed(e.pattern.split(".")) if not p.isdigit()), e.spec.kind) for e in in_layer]
-    norms = [w for w, kind in words if kind == "norm_sp"] or [w for w, kind in words if kind == "token_sp"]
-    # cohere2 and other parallel blocks have one norm per layer: the control removes that one
-    norm = "post_attention_layernorm" if "post_attention_layernorm" in norms else norms[0]
-    what = "post-attention norms" if norm == "post_attention_layernorm" else f"every {norm}"
-    listed = not any(e.pattern.endswith(f".{norm}") for e in plan.entries)
-    out = [(f"removed: {what} left out of the plan", plan.without(f"*.{norm}" + ".*" * listed), True, "setup check")]
-    if plan.attention == "local_map":  # MLA sharded with the GQA recipe: local head shards, the "a" projections plain
-        naive = {
-            "replicate": lambda s: S("replicate", mode="plain"),
-            "gather_input": lambda s: S("gather_input", **dict(s.opts), local=True),
-            "colwise": lambda s: S("colwise", local=True),
-        }
-        bad = Plan(
-            f"{plan.name}-MLA-as-GQA",
-            [e._replace(spec=naive.get(e.spec.kind, lambda s: s)(e.spec)) for e in plan.entries],
-            "local",
-        )
-        out.append(
-            (
-                "wrong reduction: MLA's low-rank projections plain on local head shards (check's role rules off)",
-                bad,
-                False,
-                "parity check",
-            )
-        )
-    summed = next((e.pattern for e in plan.entries if e.spec.kind == "norm_sp" and e.spec.opt("dim") == 2), None)
-    if summed:
-        out.append(
-            (
-                f"wrong reduction: {summed.rsplit('.', 1)[-1]} a plain replicated tensor (check's role rules off)",
-                plan.replaced(summed, S("replicate", mode="plain")),
-                False,
-                "parity check",
-            )
-        )
-    # a q/k norm over the whole projection; Mamba2's gated norm (`mode=gated`) has its own control below
-    gathered = next(
-        (e.pattern for e in plan.entries if e.spec.kind == "gathered_norm" and not e.spec.opt("mode")), None
-    )
-    if gathered:  # the natural mistake: the norm's weight split like the heads, each rank normalising its own shard
-        out.append(
-            (
-                f"wrong reduction: {gathered.rsplit('.', 1)[-1]} over each rank's shard of the projection, not the whole",
-                plan.replaced(gathered, S("head_sharded")),
-                True,
-                "parity check",
-            )
-        )
-    # state read as local shards; read as DTensors (`mode=dtensor`), whole on every rank would be correct, only redundant
-    per_head = next((e.pattern for e in plan.entries if e.spec.kind == "head_sharded" and not e.spec.opt("mode")), None)
-    if per_head:
-        out.append(
-            (
-                "wrong layout: the attention's per-head state (sinks, gate bias) whole on every rank",
-                plan.replaced(per_head, S("replicate", mode="dtensor_state")),
-                True,
-                "runtime error",
-            )
-        )
-    # one section split contiguously is the layout itself (inkling's short convs): the control needs two or more
-    blockwise = next((e for e in plan.entries if e.spec.kind == "blockwise" and len(e.spec.opt("sections")) > 1), None)
-    if blockwise:  # the natural mistake: the conv's channels split contiguously, as if they were one section
-        whole = (sum(blockwise.spec.opt("sections")),)
-        out.append(
-            (
-                f"wrong layout: {blockwise.pattern.rsplit('.', 1)[-1]} contiguously Shard(0), not per section",
-                plan.replaced(blockwise.pattern, S("blockwise", **dict(blockwise.spec.opts) | dict(sections=whole))),
-                True,
-                "parity check",
-            )
-        )
-    # inkling2's dynamic k/v convs: static taps (K, C) on the rank's channels, its heads' (dim 1)
-    dynamic = next(
-        (e for e in plan.entries if e.pattern.rsplit(".", 1)[-1] in KV_CONVS and e.spec.kind == "head_sharded"), None
-    )
-    if dynamic:  # the natural mistake: the taps split on their first dim, as a per-head row (an l2-clip's scale) is
-        out.append(
-            (
-                f"wrong layout: the dynamic conv {dynamic.pattern.rsplit('.', 1)[-1]}'s static taps split on the taps "
-                "(dim 0), not on its heads' channels",
-                plan.replaced(dynamic.pattern, S("head_sharded", **dict(dynamic.spec.opts) | dict(dim=0))),
-                True,
-                "runtime error",
-            )
-        )
-    halves = list(dict.fromkeys(e.pattern.rsplit(".", 1)[-1] for e in plan.entries if e.spec.opt("span")))
-    if halves:  # the natural mistake: zaya's value halves each split column-wise, as if each were per kv head
-        bad = plan
-        for half in halves:
-            bad = bad.replaced(f"*.{half}", S("colwise", local=True))
-        out.append(
-            (
-                f"wrong layout: {' and '.join(halves)} each column-wise, not the rank's kv heads of their concatenation",
-                bad,
-                True,
-                "parity check",
-            )
-        )
-    router = next((e.pattern for e in plan.entries if e.spec.opt("reason") == ROUTER_PART_WHY), None)
-    # zaya's router MLP: replicated as plain tensors, each rank would keep its own tokens' share of the gradient
-    if router:
-        out.append(
-            (
-                f"wrong reduction: the router part {router.rsplit('.', 1)[-1]} a plain replicated tensor",
-                plan.replaced(router, S("replicate", mode="plain")),
-                True,
-                "setup check",
-            )
-        )
-    rows = next(  # a bias added once (jetmoe's MoA) is more than a reduction: the router beside it is the one to break
-        (
-            e.pattern
-            for e in plan.entries
-            if e.spec.kind == "replicate" and e.spec.opt("mode") == "local_rows" and not e.spec.opt("once")
-        ),
-        None,
-    )
-    if rows:
-        out.append(
-            (
-                f"wrong reduction: the per-head {rows.rsplit('.', 1)[-1]} a plain replicated tensor (check's role rules off)",
-                plan.replaced(rows, S("replicate", mode="plain")),
-                False,
-                "parity check",
-            )
-        )
-    shared = next((e.pattern for e in plan.entries if e.spec.kind == "rowwise_replicated"), None)
-    if shared:  # Mamba1's x_proj: every rank's channels read dt, B and C, so each rank holds a share of their gradient
-        out.append(
-            (
-                f"wrong reduction: {shared.rsplit('.', 1)[-1]}'s output gradient taken whole on each rank, not summed",
-                plan.replaced(shared, S("rowwise_replicated", grad="replicate")),
-                True,
-                "parity check",
-            )
-        )
-    gated = next((e.pattern for e in plan.entries if str(e.spec) == "gathered_norm(mode=gated)"), None)
-    if gated:  # the natural mistake: Mamba2's one-group norm run on each rank's heads, as if its group were theirs
-        conv = next(e.spec for e in plan.entries if e.pattern == gated.rpartition(".")[0] + ".conv1d")
-        out.append(
-            (
-                "wrong reduction: the gated norm over each rank's heads, not its whole group",
-                plan.replaced(gated, S("blockwise", sections=conv.opt("sections")[:1], local_counts=("group_size",))),
-                True,
-                "parity check",
-            )
-        )
-    token = next((e for e in in_layer if e.spec.kind == "token_sp"), None)
-    if token:  # the classic sequence-parallel mistake: weights replicated as plain tensors, the gradient never summed
-        out.append(
-            (
-                f"wrong reduction: the per-token {token.pattern.rsplit('.', 1)[-1]} on each rank's own tokens, "
-                "its weights' gradient not summed over the sequence shards",
-                plan.replaced(token.pattern, S("token_sp", **dict(token.spec.opts) | dict(grad="local"))),
-                True,
-                "parity check",
-            )
-        )
-    channels = next((e.pattern for e in plan.entries if e.spec.kind == "channel_region"), None)
-    if channels:  # the natural mistake: a short conv on the stream taken as per token, each rank convolving its own
-        # tokens (all channels, the weight whole, its gradient summed): the first tokens of a shard miss their halo
-        name = channels.rsplit(".", 1)[-1]
-        inner = [e.pattern for e in plan.entries if e.pattern.startswith(f"{channels}.")]
-        local = plan.replaced(f"*.{name}", S("channel_region", tokens="local"))
-        for p in {p.rsplit(".", 1)[-1] for p in inner}:
-            local = local.replaced(f"*.{name}.{p}", S("replicate", mode="local_rows", read_by="owner"))
-        out.append(
-            (
-                f"wrong layout: the stream's short conv {name} on each rank's own tokens, as if per token (no halo)",
-                local,
-                True,
-                "parity check",
-            )
-        )
-    region = next((e for e in plan.entries if e.spec.kind == "dtensor_region"), None)
-    if region:  # the natural mistake: an indexer sharded as GQA attention, each rank ranking keys by its own heads
-        # (deepseek_v4's scoring head reads no head count: its per-head inputs come in as the rank's heads; QSA's counts
-        # are already the rank's)
-        counts = () if region.spec.opt("sharded") else region.spec.opt("local_counts") or INDEX_HEAD_COUNTS
-        gqa = {
-            "dtensor_region": S("dtensor_region", **dict(region.spec.opts) | dict(local=True, local_counts=counts)),
-            "colwise": S("colwise", local=True),
-            "replicate": S("replicate", mode="local_rows"),
-            "head_sharded": S("head_sharded"),
-            "norm_sp": S("norm_sp", dim=2, local=True),  # QSA's per-head q norm, its output the rank's heads
-        }
-        inside = lambda p: p == region.pattern or p.startswith(region.pattern + ".")  # noqa: E731
-        out.append(
-            (
-                "wrong reduction: the indexer's top-k over each rank's own index heads (GQA recipe)",
-                Plan(
-                    f"{plan.name}-indexer-as-GQA",
-                    [e._replace(spec=gqa.get(e.spec.kind, e.spec)) if inside(e.pattern) else e for e in plan.entries],
-                    plan.attention,
-                ),
-                True,
-                "parity check",
-            )
-        )
-    compressor = next((e.pattern for e in plan.entries if e.pattern.endswith(f".{SHARED_KV['compressor']}")), None)
-    if compressor:  # the first layer's compressor (deepseek_v4's heavily compressed one), computed whole for the rank's
-        # heads: its own state (the position bias its gates add) plain, each rank keeps its heads' share of the gradient
-        out.append(
-            (
-                f"wrong reduction: the compressor's own state in {compressor.rsplit('.', 2)[0]} a plain replicated "
-                "tensor (check's role rules off)",
-                plan.replaced(compressor, S("replicate", mode="plain")),
-                False,
-                "parity check",
-            )
-        )
-    partial = next((e for e in plan.entries if e.spec.kind == "partial_region"), None)
-    # the natural mistake: the gathered input left local as `PrepareModuleInput` leaves it, its gradient whole
-    if partial:
-        name = partial.pattern.rsplit(".", 1)[-1]
-        out.append(
-            (
-                f"wrong reduction: {name}'s input gradient taken whole on each rank, not summed over its heads' shares",
-                plan.replaced(f"*.{name}", S("partial_region", **dict(partial.spec.opts) | dict(grad="replicate"))),
-                True,
-                "parity check",
-            )
-        )
-    wrappers = [e.pattern for e in plan.entries if str(e.spec) == "titan_moe(role=wrapper)"]
-    held = next((w for w in wrappers if any(w.startswith(f"{o}.") for o in wrappers)), None)
-    if held:  # an MoE inside an MoE (a per-modality MoE's second) left out of torchtitan's sharding: its experts whole
-        # on every rank, each rank's full output then summed over TP with the first modality's partial sums
-        out.append(
-            (
-                f"wrong layout: the {held.rsplit('.', 1)[-1]}'s experts whole on every rank, not sharded as the first "
-                "MoE's (check's role rules off)",
-                plan.replaced(
-                    f"*.{held.rsplit('.', 1)[-1]}.routed_experts.inner_experts", S("replicate", mode="plain")
-                ),
-                False,
-                "parity check",
-            )
-        )
-    # Titan MoE parts whose own TP layout has wrong forms a control runs (`TP_CONTROLS`: muse_spark's post norm experts,
-    # its MoE's split input projection), each on the plan entries of its role, in the order the model holds them
-    owners = dict.fromkeys(type(m) for m in (model.modules() if model is not None else ()) if hasattr(m, "TP_CONTROLS"))
-    for owner in owners:
-        role = f"titan_moe(role={owner.TP_CONTROL_ROLE})"
-        for control, (label, catcher) in owner.TP_CONTROLS.items():
-            entries = [
-                e._replace(spec=S("titan_moe", role=owner.TP_CONTROL_ROLE, control=control))
-                if str(e.spec) == role
-                else e
-                for e in plan.entries
-            ]
-            out.append((label, Plan(f"{plan.name}-{control}", entries, plan.attention), True, catcher))
-    patterns = {e.pattern for e in plan.entries}
-    gate = next(  # an attention output gate: a gate beside an o_proj; in plan order, the same on every rank (a set's
-        # order follows each process's own hash seed: ranks picked different gates and deadlocked in their collectives)
-        (
-            e.pattern
-            for e in plan.entries
-            if e.pattern.rsplit(".", 1)[-1] in GATES and e.pattern.rsplit(".", 1)[0] + ".o_proj" in patterns
-        ),
-        None,
-    )
-    if gate:
-        out.append(
-            (
-                f"wrong layout: the output gate {gate.rsplit('.', 1)[-1]} whole on every rank, the heads split",
-                plan.replaced(gate, S("replicate", mode="dtensor")),
-                True,
-                "runtime error",
-            )
-        )
-    q = next((e.pattern for e in plan.entries if e.pattern.endswith(".q_proj") and e.spec.kind == "colwise"), None)
-    if q and any(k.endswith("q_proj") and v == "colwise" for k, v in (hf_tp_plan or {}).items()):
-        # only where HF's plan names q_proj column-wise (olmoe's `colwise_gather_output` is another layout)
-        out.append(
-            (
-                "row-wise on the column-wise q_proj",
-                plan.replaced(q.rsplit(".", 1)[0] + ".q_proj", S("rowwise_sp")),
-                True,
-                "setup check",
-            )
-        )
-    return out
-
-
-def _caught_by(rec: dict) -> str:
-    "What stopped a wrong plan: the setup check, the parity check, a runtime error (still not a silent pass), or nothing."
-    if rec["status"] == "FAIL" and "setup check" in rec.get("root_cause", ""):
-        return "setup check"
-    return {"FAIL": "parity check", "ERROR": "runtime error"}.get(rec["status"], "not caught")
-
 # %% ../nbs/04c_worker.ipynb #a37a3d78
 def float64_runner(base, swapped: dict, batch, tracked: dict, device: torch.device):
     "A `run_config` for float64 re-runs (`04d_exact`); the float64 model and its one-process run are made once, on first use."
@@ -778,104 +477,149 @@ def cause_of_miss(f64: dict) -> str:
         )
     return f"not known: the float64 re-run did not finish ({f64.get('error')})"
 
-# %% ../nbs/04c_worker.ipynb #057fe493
-def model_results(
-    model_name: str,
-    device: torch.device,
-    negative_controls: bool = True,
-    configs: tuple[str, ...] = CONFIG_NAMES,  # a subset (the layout tests run TP alone)
-) -> dict:
-    "On every rank: one model's reference, its four configurations and its controls; the results rank 0 writes."
-    start = time.perf_counter()
-    base, cfg, swapped = parallel_test_model(model_name, seed=SEED)
-    noise_keyed = key_token_noise(base, swapped, SEED)
-    base.to(device)
-    check = torch.tensor([sum(p.double().sum().item() for p in base.parameters())], dtype=torch.float64, device=device)
+# %% ../nbs/04c_worker.ipynb #88f599b5
+def same_weights_on_every_rank(model: torch.nn.Module, device: torch.device) -> None:
+    "Raise unless every rank built the same weights (their sum in float64, gathered)."
+    check = torch.tensor([sum(p.double().sum().item() for p in model.parameters())], dtype=torch.float64, device=device)
     sums = [torch.zeros_like(check) for _ in range(dist.get_world_size())]
     dist.all_gather(sums, check)
     if not all(torch.equal(s, check) for s in sums):
         raise RuntimeError("ranks built different weights")
-    ids, labels = make_batch(cfg)
-    plan = model_plan(base)
-    moe = next((n for n, m in base.named_modules() if isinstance(m, MoE)), None)
+
+
+def tracked_parameters(model: torch.nn.Module) -> dict[str, str | None]:
+    "The parameters a record names (every gradient is compared): the first MoE's router and experts, attention q, embeddings."
+    moe = next((n for n, m in model.named_modules() if isinstance(m, MoE)), None)
     if moe is None:
         raise RuntimeError(
-            f"no Titan MoE in the {len(decoder_layers(base))}-layer test model (its MoE layers come later)"
+            f"no Titan MoE in the {len(decoder_layers(model))}-layer test model (its MoE layers come later)"
         )
-    params = dict(base.named_parameters())
-    q = next(
-        (n for n in params if n.endswith((".q_proj.weight", ".q_b_proj.weight"))), None
-    )  # None: no softmax attention in it
-    tracked = {
+    params = dict(model.named_parameters())
+    experts = f"{moe}.routed_experts.inner_experts"
+    return {
         "router": f"{moe}.router.gate.weight",
-        "expert w1": next(  # the experts' first projection: w1 (torchtitan's core) or mlp1 (its gpt-oss experts)
-            f"{moe}.routed_experts.inner_experts.{w}"
-            for w in ("w1_EFD", "mlp1_weight_EGD")
-            if f"{moe}.routed_experts.inner_experts.{w}" in params
-        ),
-        "attention q": q,
-        "embeddings": next(n for n, p in params.items() if p is embeddings(base).weight),  # dbrx: transformer.wte
-    }  # every gradient is compared; these are named
+        # the experts' first projection: w1 (torchtitan's core) or mlp1 (its gpt-oss experts)
+        "expert w1": next(f"{experts}.{w}" for w in ("w1_EFD", "mlp1_weight_EGD") if f"{experts}.{w}" in params),
+        # None: no softmax attention in it
+        "attention q": next((n for n in params if n.endswith((".q_proj.weight", ".q_b_proj.weight"))), None),
+        "embeddings": next(n for n, p in params.items() if p is embeddings(model).weight),  # dbrx: transformer.wte
+    }
+
+# %% ../nbs/04c_worker.ipynb #feeaffae
+@dataclass(kw_only=True)
+class Reference:
+    "One model's one-process side, made on every rank before anything is sharded: what each run is compared with."
+
+    base: torch.nn.Module  # the float32 model with Titan's MoE, on the device
+    cfg: object
+    swapped: dict[int, Expressed]
+    noise_keyed: list[str]  # the modules that sample in training, each drawing noise keyed to its tokens
+    batch: tuple[torch.Tensor, torch.Tensor]  # token ids and labels
+    plan: Plan
+    tracked: dict[str, str | None]
+    free: list[dict]  # the one-process run on its own
+    wall_s: float  # its wall time
+    rounding_floor: dict
+
+    @property
+    def hf_tp_plan(self) -> dict | None:
+        return getattr(self.cfg, "base_model_tp_plan", None)
+
+    def run(self, conf: dict, plan: Plan | None = None, **check_kw) -> dict:
+        "`run_config` of `conf` with the model's plan (or a control's `plan`), HF's TP plan given to the setup check."
+        check_kw = dict(hf_tp_plan=self.hf_tp_plan, **check_kw)
+        return run_config(
+            conf, self.base, self.swapped, self.batch, self.free, self.tracked, plan or self.plan, check_kw
+        )
+
+
+def reference_of(model_name: str, device: torch.device) -> Reference:
+    "Every rank: the model, the same weights checked, the batch, the plan, the tracked parameters, the one-process run."
+    base, cfg, swapped = parallel_test_model(model_name, seed=SEED)
+    noise_keyed = key_token_noise(base, swapped, SEED)
+    base.to(device)
+    same_weights_on_every_rank(base, device)
+    ids, labels = make_batch(cfg)
+    plan = model_plan(base)
+    tracked = tracked_parameters(base)
     t = time.perf_counter()
     inputs = {k: v.to(device) for k, v in model_inputs_of(base, swapped, ids).items()}
-    free = train_steps(
-        copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel(), inputs=inputs
-    )  # one process
-    ref_s = time.perf_counter() - t
+    free = train_steps(copy.deepcopy(base), ids.to(device), labels.to(device), ids.numel(), inputs=inputs)
+    wall_s = time.perf_counter() - t
     floor = rounding_floor(base, ids.to(device), labels.to(device), inputs)
-    hf_tp_plan = getattr(cfg, "base_model_tp_plan", None)
-    prototypes = {e.expression.name: e.expression for e in swapped.values() if not e.expression.in_torchtitan}
-    confs = [c for c in parallel_configs(cfg, dist.get_world_size()) if c["name"] in configs]
-    results = [
-        run_config(c, base, swapped, (ids, labels), free, tracked, plan, dict(hf_tp_plan=hf_tp_plan)) for c in confs
-    ]
-    in_float64 = float64_runner(base, swapped, (ids, labels), tracked, device)
-    for conf, rec in zip(confs, results, strict=True):
-        if rec["status"] == "FAIL" and rec.get("steps"):  # a miss at the parity check, not a refused plan
-            rec["float64"] = float64_summary(in_float64(conf, plan, dict(hf_tp_plan=hf_tp_plan)))
-            rec["root_cause"] = cause_of_miss(rec["float64"])
-    controls = []
-    tp = next((r for r in results if r["name"] == "TP"), None)
-    # a control needs a TP run that passes: float32's, else float64's where float32 misses by rounding
-    dtype = None if tp is None else "float32" if tp["status"] == "PASS" else tp.get("float64", {}).get("status")
-    if negative_controls and dtype in ("float32", "PASS"):
-        tp_conf = next(c for c in confs if c["name"] == "TP")
-        for label, bad, rules, expected in negative_plans(plan, hf_tp_plan, base):
-            check_kw = dict(hf_tp_plan=hf_tp_plan, role_rules=rules)
-            if dtype == "float32":
-                rec = run_config(dict(tp_conf, name=label), base, swapped, (ids, labels), free, tracked, bad, check_kw)
-            else:
-                rec = in_float64(dict(tp_conf, name=label), bad, check_kw)
-            controls.append(
-                dict(
-                    rec,
-                    expected=expected,
-                    caught_by=_caught_by(rec),
-                    caught=_caught_by(rec) != "not caught",
-                    dtype=rec.get("dtype", "float32"),
-                )
-            )
-    # a sampling router's control: its noise rows not following the tokens, in the configuration that splits them most
-    # (batch rows over FSDP, the sequence over TP), where it passes
-    split = next(
-        (r for r in reversed(results) if r["status"] == "PASS" and r.get("mesh", {}).get("dp_shard", 1) > 1), None
+    return Reference(
+        base=base,
+        cfg=cfg,
+        swapped=swapped,
+        noise_keyed=noise_keyed,
+        batch=(ids, labels),
+        plan=plan,
+        tracked=tracked,
+        free=free,
+        wall_s=wall_s,
+        rounding_floor=floor,
     )
-    if negative_controls and noise_keyed and split is not None:
-        conf = next(c for c in confs if c["name"] == split["name"])
-        label = f"wrong noise rows: each rank takes the noise's first rows, not its tokens' ({split['name']})"
-        rec = run_config(
-            dict(conf, name=label, noise_follows_tokens=False),
-            base,
-            swapped,
-            (ids, labels),
-            free,
-            tracked,
-            plan,
-            dict(hf_tp_plan=hf_tp_plan),
-        )
-        controls.append(
-            dict(rec, expected="parity check", caught_by=_caught_by(rec), caught=_caught_by(rec) != "not caught")
-        )
+
+# %% ../nbs/04c_worker.ipynb #c32a16ef
+def explain_misses_(ref: Reference, confs: list[dict], results: list[dict], in_float64) -> None:
+    "Each configuration that misses at the parity check (not a refused plan) gains its float64 re-run and the cause it names."
+    for conf, rec in zip(confs, results, strict=True):
+        if rec["status"] == "FAIL" and rec.get("steps"):
+            rec["float64"] = float64_summary(in_float64(conf, ref.plan, dict(hf_tp_plan=ref.hf_tp_plan)))
+            rec["root_cause"] = cause_of_miss(rec["float64"])
+
+
+def controls_dtype(results: list[dict]) -> str | None:
+    "Where the plan controls run: float32 where TP passes, float64 where TP passes only there; None: no TP run passes."
+    tp = next((r for r in results if r["name"] == "TP"), None)
+    if tp is None:
+        return None
+    return "float32" if tp["status"] == "PASS" else "float64" if tp.get("float64", {}).get("status") == "PASS" else None
+
+
+def plan_controls(ref: Reference, confs: list[dict], results: list[dict], in_float64) -> list[dict]:
+    "Each wrong plan of the model on the TP configuration, in the dtype where TP passes: its record and what caught it."
+    dtype = controls_dtype(results)
+    if dtype is None:
+        return []
+    tp_conf, out = next(c for c in confs if c["name"] == "TP"), []
+    for label, bad, rules, expected in negative_plans(ref.plan, ref.hf_tp_plan, ref.base):
+        conf = dict(tp_conf, name=label)
+        if dtype == "float32":
+            rec = ref.run(conf, bad, role_rules=rules)
+        else:
+            rec = in_float64(conf, bad, dict(hf_tp_plan=ref.hf_tp_plan, role_rules=rules))
+        out.append(control_record(rec, expected) | dict(dtype=rec.get("dtype", "float32")))
+    return out
+
+
+def noise_control(ref: Reference, confs: list[dict], results: list[dict]) -> list[dict]:
+    "A sampling router's control: its noise rows not following the tokens, where the batch is split most and passes."
+    passed = (r for r in reversed(results) if r["status"] == "PASS" and r.get("mesh", {}).get("dp_shard", 1) > 1)
+    split = next(passed, None)  # batch rows over FSDP, the sequence over TP
+    if not ref.noise_keyed or split is None:
+        return []
+    conf = next(c for c in confs if c["name"] == split["name"])
+    label = f"wrong noise rows: each rank takes the noise's first rows, not its tokens' ({split['name']})"
+    return [control_record(ref.run(dict(conf, name=label, noise_follows_tokens=False)), "parity check")]
+
+# %% ../nbs/04c_worker.ipynb #2ef1b86d
+MODEL_CONFIG_FIELDS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "moe_intermediate_size",
+    "first_k_dense_replace",
+)
+
+
+def model_record(
+    model_name: str, ref: Reference, device: torch.device, results: list[dict], controls: list[dict], start: float
+) -> dict:
+    "One model's phase 4 record: the launch, the model, its plan and tolerance, the reference, the runs, the controls."
+    prototypes = {e.expression.name: e.expression for e in ref.swapped.values() if not e.expression.in_torchtitan}
     return dict(
         model=model_name,
         world_size=dist.get_world_size(),
@@ -886,40 +630,41 @@ def model_results(
         steps=STEPS,
         optimizer=f"SGD(lr={LR})",
         seed=SEED,
-        model_config={
-            k: getattr(cfg, k, None)
-            for k in (
-                "num_hidden_layers",
-                "hidden_size",
-                "num_attention_heads",
-                "num_key_value_heads",
-                "head_dim",
-                "moe_intermediate_size",
-                "first_k_dense_replace",
-            )
-        },
-        extension="; ".join(f"{e.name} (prototypes {e.prototypes})" for e in prototypes.values()) or None,
-        tracked=tracked,
+        model_config={k: getattr(ref.cfg, k, None) for k in MODEL_CONFIG_FIELDS},
+        prototype="; ".join(f"{e.name} (prototypes {e.prototypes})" for e in prototypes.values()) or None,
+        tracked=ref.tracked,
         cpu_adaptations=cpu_compat.describe(),
-        token_noise=noise_keyed,  # the modules that sample in training, each drawing noise keyed to its tokens
-        plan=plan.as_json(),
-        plan_attention=plan.attention,
-        tolerance=dict(
-            rtol=RTOL,
-            atol=ATOL,
-            rtol_loss=RTOL_LOSS,
-            rule="per step, one process from the weights the parallel run starts the step with: |g - g_ref|max <= rtol max|g_ref| + atol "
-            "for every parameter, |loss - loss_ref| <= rtol_loss |loss_ref|; the weights: step 1 exactly the reference's, "
-            "later the SGD update of the run's own previous gradients within one rounding (eps max|w|)",
-        ),
-        reference=dict(losses_free_running=[r["loss"] for r in free], wall_s=round(ref_s, 2)),
-        rounding_floor=floor,
+        token_noise=ref.noise_keyed,
+        plan=ref.plan.as_json(),
+        plan_attention=ref.plan.attention,
+        tolerance=TOLERANCE,
+        reference=dict(losses_free_running=[r["loss"] for r in ref.free], wall_s=round(ref.wall_s, 2)),
+        rounding_floor=ref.rounding_floor,
         configs=results,
         negative_controls=controls,
         worker_wall_s=round(time.perf_counter() - start, 1),
     )
 
 
+def model_results(
+    model_name: str,
+    device: torch.device,
+    negative_controls: bool = True,
+    configs: tuple[str, ...] = CONFIG_NAMES,  # a subset (the layout tests run TP alone)
+) -> dict:
+    "On every rank: one model's reference, its four configurations and its controls; the results rank 0 writes."
+    start = time.perf_counter()
+    ref = reference_of(model_name, device)
+    confs = [c for c in parallel_configs(ref.cfg, dist.get_world_size()) if c["name"] in configs]
+    results = [ref.run(c) for c in confs]
+    in_float64 = float64_runner(ref.base, ref.swapped, ref.batch, ref.tracked, device)
+    explain_misses_(ref, confs, results, in_float64)
+    controls = []
+    if negative_controls:
+        controls = plan_controls(ref, confs, results, in_float64) + noise_control(ref, confs, results)
+    return model_record(model_name, ref, device, results, controls, start)
+
+# %% ../nbs/04c_worker.ipynb #057fe493
 def worker(
     model_names: list[str], out_dir: str, negative_controls: bool = True, configs: tuple[str, ...] = CONFIG_NAMES
 ) -> None:

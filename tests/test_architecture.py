@@ -18,6 +18,7 @@ FLOORS = [
     {"extensions"},
     {"expression", "synth", "cpu_compat", "exact"},
     {"compare", "traces", "sharding", "trained"},
+    {"worker_controls"},  # the wrong plans phase 4's worker runs, from the plan language
     {"alignment", "parallel_worker"},
     {"probe", "config", "equivalence", "gap", "pretrained", "parallelism", "native"},  # the phases
     {"report_pages"},  # the HTML pages of every record, for the index and the runner

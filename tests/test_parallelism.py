@@ -26,7 +26,7 @@ def test_deepseek_v3_parallel_parity(records):
         rec.get("error") or rec.get("output_tail") or [(c["name"], c["error"]) for c in rec["configs"]]
     )
     assert rec["backend"] == "gloo" and rec["world_size"] == 4 and rec["plan_attention"] == "local_map"
-    assert rec["launch"]["models"] == 2 and rec["extension"] is None
+    assert rec["launch"]["models"] == 2 and rec["prototype"] is None
     configs = {c["name"]: c for c in rec["configs"]}
     assert tuple(configs) == CONFIG_NAMES
     assert configs["TP"]["mesh"]["tp"] == 4 and configs["FSDP+EP"]["mesh"]["ep"] == 4
@@ -47,7 +47,7 @@ def test_layer_level_moe_runs_with_its_prototype(records):
     `04_parallelism`): a configuration here may FAIL only at the parity check, never at the setup check or by an
     error, and then the same plan in float64 (`04d_exact`) passes, where the negative controls run and are caught."""
     rec = records["gemma4"]
-    assert rec["extension"] and rec["extension"].startswith("layer_moe"), rec.get("error")
+    assert rec["prototype"] and rec["prototype"].startswith("layer_moe"), rec.get("error")
     configs = {c["name"]: c for c in rec["configs"]}
     assert tuple(configs) == CONFIG_NAMES
     assert configs["FSDP+EP"]["status"] == "PASS", configs["FSDP+EP"]["error"]

@@ -1,4 +1,4 @@
-"""The head-aware TP layouts of `04b_sharding`, each under TP at world size 2 and 4 against one process (every
+"""The head-aware TP layouts of the `sharding` package, each under TP at world size 2 and 4 against one process (every
 gradient, both steps), and the wrong layout of each caught. `CASES` holds one row per layout: the model that
 exercises it, its kind, how the plan names the module, the wrong layout put in its place (a negative control) and
 what must catch it. What the rows cover:

@@ -25,8 +25,13 @@ FLOORS = [
     {"sharding.apply"},
     {"sharding"},  # the index re-exports its modules' API
     {"worker_controls"},  # the wrong plans phase 4's worker runs, from the plan language
-    {"alignment", "parallel_worker"},
-    {"probe", "config", "equivalence", "gap", "pretrained", "parallelism", "native"},  # the phases
+    {"alignment", "parallel_worker", "native.family"},
+    {"native.qwen3", "native.deepseek_v3", "native.gpt_oss", "native.load"},  # native: one module per family, and CPU
+    {"native.mapping"},  # the table NATIVE, one row per family
+    {"native.compare"},
+    {"native.controls"},
+    {"probe", "config", "equivalence", "gap", "pretrained", "parallelism", "native.phase"},  # the phases
+    {"native"},  # the native package's index, which re-exports its modules' names (the runner imports the phase here)
     {"report_pages"},  # the HTML pages of every record, for the index and the runner
     {"coverage", "compat_doc"},
     {"runner"},

@@ -24,20 +24,16 @@ from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 
 from .compare import hf_routers_gate, moe_input, output_metrics
 from .core import in_dtype
-from .expression import CORE, expression_of, modality_probes
-from moe_bench.extensions import (
-    ClampedGluGroupedExperts,
-    Float32CombineDispatcher,
-    IdentityTailGroupedExperts,
-    InputDtypeGptOssExperts,
-    NonGatedGroupedExperts,
-    PerModalityMoE,
-    clamped_swiglu_mlp,
-    grouped_gated_mlp,
-    padded_width,
-    per_expert_mm,
-)
+from .expression import CORE, InputDtypeGptOssExperts, clamped_swiglu_mlp
+from .extensions import Float32CombineDispatcher
 from .moe_probe import STACKED_EXPERT_LAYOUTS, MoEProbe
+from .prototypes import expression_of
+from .prototypes.clamped_glu import ClampedGluGroupedExperts
+from .prototypes.common import grouped_gated_mlp, per_expert_mm
+from .prototypes.identity_experts import IdentityTailGroupedExperts
+from .prototypes.non_gated import NonGatedGroupedExperts
+from .prototypes.padded_experts import padded_width
+from .prototypes.per_modality import PerModalityMoE, modality_probes
 from .replacement import Float32Gate
 from .traces import Trace, capture_hf, hf_row_pairs, run_block, trace_moe
 

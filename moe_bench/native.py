@@ -84,7 +84,7 @@ from moe_bench.core import (
     worst_figure,
     worst_status,
 )
-from .extensions import InputDtypeGptOssExperts
+from .expression import InputDtypeGptOssExperts
 from .hf import moe_attr_name, moe_block, router_name
 from .replacement import SWIGLU_ALPHA, Float32Gate
 from .trained import builtin_checkpoint

@@ -18,17 +18,20 @@ from .moe_probe import MoEProbe
 from .prototypes.common import grouped_gated_mlp
 
 # %% auto #0
-__all__ = ['EXTENSIONS', 'Float32CombineDispatcher', 'Extension', 'float32_combine_', 'applicable_extensions',
-           'OutputScaledRoutedExperts', 'Float32GluGroupedExperts', 'combined']
+__all__ = ['EXTENSIONS', 'float32_weighted_rows', 'Float32CombineDispatcher', 'Extension', 'float32_combine_',
+           'applicable_extensions', 'OutputScaledRoutedExperts', 'Float32GluGroupedExperts', 'combined']
 
 # %% ../nbs/00e_extensions.ipynb #8edb47106e1a46a883d545849b8ab81b
+def float32_weighted_rows(routed_output_RD: torch.Tensor, metadata) -> torch.Tensor:
+    "Each expert output row times its routing weight, both in float32: the first step of every float32 combine."
+    return routed_output_RD.to(torch.float32) * metadata.topk_scores_experts_sorted_N.reshape(-1, 1).to(torch.float32)
+
+
 class Float32CombineDispatcher(LocalTokenDispatcher):
     "Prototype of the core change: `LocalTokenDispatcher.combine` accumulates in float32 and casts once at the end."
 
     def combine(self, routed_output_RD: torch.Tensor, metadata, x_TD: torch.Tensor) -> torch.Tensor:
-        weighted_RD = routed_output_RD.to(torch.float32) * metadata.topk_scores_experts_sorted_N.reshape(-1, 1).to(
-            torch.float32
-        )
+        weighted_RD = float32_weighted_rows(routed_output_RD, metadata)
         index_RD = metadata.token_indices_experts_sorted_N.reshape(-1, 1).expand(-1, x_TD.shape[-1])
         out_TD = deterministic_scatter_add(torch.zeros_like(x_TD, dtype=torch.float32), index_RD, weighted_RD)
         return out_TD.to(x_TD.dtype)

@@ -29,8 +29,8 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'Expression', 'no_layout_yet', 'block_prototype', 'hf_clamped_swiglu', 'clamped_swiglu_mlp',
-           'InputDtypeGptOssExperts', 'gpt_oss_applies']
+__all__ = ['CORE', 'GPT_OSS', 'Expression', 'no_layout_yet', 'block_prototype', 'with_router_change', 'hf_clamped_swiglu',
+           'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'gpt_oss_applies']
 
 # %% ../nbs/00f_expression.ipynb #8edb47106e1a46a883d545849b8ab81b
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +130,47 @@ CORE = Expression(
     titan_output=lambda layer, attr, probe: getattr(layer, attr),
     config=titan_moe_config,
 )
+
+# %% ../nbs/00f_expression.ipynb #c3933fab20d04ec698c2621248eb3be0
+def with_router_change(
+    base: Expression,
+    *,
+    name: str,  # the change's name: the expression is `name+base` (`name` alone on the core)
+    core_change: str,  # "name: what" of the core change
+    holds: Callable[[nn.Module, MoEProbe], bool],  # (HF block, probe): the block has what the change stands for
+    install: Callable[
+        [MoE, nn.Module, MoEProbe, bool], MoE
+    ],  # (base's module, HF block, probe, share): the changed one
+    base_probe: Callable[[MoEProbe], MoEProbe] = lambda probe: probe,  # the probe as if the router were the core's:
+    # what `base` is asked about, built from and configured by
+    base_block: Callable[[nn.Module, MoEProbe], tuple[nn.Module, MoEProbe]] | None = None,  # where that depends on
+    # the block: (HF block, probe) -> the (block, probe) `base` builds from (it is asked about that probe); base's config
+    **fields,  # whatever else differs from `base` (export, swap, sharding, exercise)
+) -> Expression:
+    "`base` with its router changed: a prototype of `core_change` (and `base`'s changes)."
+
+    def as_base(block: nn.Module, probe: MoEProbe) -> tuple[nn.Module, MoEProbe]:
+        return base_block(block, probe) if base_block else (block, base_probe(probe))
+
+    def applies(block: nn.Module, probe: MoEProbe) -> bool:
+        return holds(block, probe) and base.applies(block, as_base(block, probe)[1])
+
+    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
+        return install(base.build(*as_base(block, probe), gate_float32, share), block, probe, share)
+
+    config = base.config if base_block else (lambda probe: base.config(base_probe(probe)))
+    return dataclasses.replace(
+        base,
+        **dict(
+            name=name if base is CORE else f"{name}+{base.name}",
+            kind="prototype",
+            core_changes=(core_change, *base.core_changes),
+            applies=applies,
+            build=build,
+            config=config,
+        )
+        | fields,
+    )
 
 # %% ../nbs/00f_expression.ipynb #7cdc8c89c7104fffa095e18ddfef8986
 def hf_clamped_swiglu(h_RG: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:

@@ -13,12 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
-from torchtitan.models.common.moe import GroupedExperts
+from torchtitan.models.common import moe as titan_moe
+from torchtitan.models.common.moe import GroupedExperts, TokenChoiceTopKRouter
 
 from ..moe_probe import MoEProbe, titan_blockers
 
 # %% auto #0
-__all__ = ['NORM_FORMS', 'grouped_gated_mlp', 'per_expert_mm', 'plain_silu', 'experts_gating', 'mlp_gating', 'norm_form_of']
+__all__ = ['NORM_FORMS', 'grouped_gated_mlp', 'per_expert_mm', 'plain_silu', 'experts_gating', 'mlp_gating', 'norm_form_of',
+           'Router']
 
 # %% ../../nbs/prototypes/01_common.ipynb #8edb47106e1a46a883d545849b8ab81b
 def grouped_gated_mlp(
@@ -160,6 +162,46 @@ def norm_form_of(norm: nn.Module) -> tuple[str, float] | None:
         y_TD = probe_norm(x_TD)
         found = [f for f, fn in NORM_FORMS.items() if torch.equal(y_TD, fn(x_TD, probe_norm.weight, eps))]
     return (found[0], eps) if len(found) == 1 else None
+
+# %% ../../nbs/prototypes/01_common.ipynb #379cbbc1e968416e875cc15c1202d7eb
+class Router(TokenChoiceTopKRouter):
+    "torchtitan 0.3.0's `TokenChoiceTopKRouter.forward` in four steps: a prototype's router overrides the one it changes."
+
+    def _logits(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        "The gate's logits under float32 autocast, as upstream (on CPU, which has no float32 autocast: the gate's dtype)."
+        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
+            return self.gate(x_BLD)
+
+    def _scores(self, logits_BLE: torch.Tensor) -> torch.Tensor:
+        "The score function over the experts: `sigmoid` or `softmax`."
+        if self.score_func == "sigmoid":
+            return torch.sigmoid(logits_BLE)
+        if self.score_func == "softmax":
+            return F.softmax(logits_BLE, dim=-1)
+        raise NotImplementedError(f"Unknown score function {self.score_func}")
+
+    def _choice(self, logits_BLE: torch.Tensor, scores_BLE: torch.Tensor, expert_bias_E: torch.Tensor | None):
+        "The top-k experts of the scores plus the load-balancing bias, group-limited where the config says."
+        choice_BLE = scores_BLE if expert_bias_E is None else scores_BLE + expert_bias_E
+        if self.num_expert_groups is not None:
+            choice_BLE = self._get_node_limited_routing_scores(choice_BLE)
+        # looked up in torchtitan's module, so the alignment patches reach it as they reach the core's
+        return titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)[1]
+
+    def _weights(self, scores_BLE: torch.Tensor, topk_expert_ids_BLK: torch.Tensor) -> torch.Tensor:
+        "The chosen experts' scores, divided by their sum (`route_norm`), times `route_scale`."
+        topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
+        if self.route_norm:
+            topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
+        return topk_scores_BLK * self.route_scale
+
+    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
+        logits_BLE = self._logits(x_BLD)
+        scores_BLE = self._scores(logits_BLE)
+        topk_expert_ids_BLK = self._choice(logits_BLE, scores_BLE, expert_bias_E)
+        if self._debug_force_load_balance:  # upstream's debug override: balanced round-robin routing
+            topk_expert_ids_BLK = self._debug_force_load_balance_routing(scores_BLE)[0]
+        return self._weights(scores_BLE, topk_expert_ids_BLK), topk_expert_ids_BLK, scores_BLE
 
 # %% ../../nbs/prototypes/01_common.ipynb #8309879909854d7188b41380fd92a7c3
 def _local(t: torch.Tensor) -> torch.Tensor:

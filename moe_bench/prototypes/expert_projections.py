@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torchtitan.distributed.parallel_dims import MeshAxisName
-from torchtitan.models.common import moe as titan_moe
 from torchtitan.models.common.decoder_sharding import dense_param_placement
 from torchtitan.models.common.linear import Linear
 from torchtitan.models.common.moe import GroupedExperts, MoE, TokenChoiceTopKRouter
@@ -25,7 +24,7 @@ from torchtitan.protocols.sharding import SpmdLayout, resolve_placements
 from ..adapter import TITAN_EXPERTS, TensorRule, _apply, block_rules, rename
 from ..expression import block_prototype
 from ..moe_probe import MoEProbe, titan_blockers
-from .common import NORM_FORMS, _scalar, norm_form_of
+from .common import NORM_FORMS, Router, _scalar, norm_form_of
 from ..replacement import load_titan_state_, titan_moe_config
 
 # %% auto #0
@@ -65,24 +64,13 @@ def logit_multiplier_of(router: nn.Module) -> float | None:
     return multiplier if torch.equal(logits_TE, F.linear(x_TD, hf_router.weight) * multiplier) else None
 
 
-class LogitMultiplierRouter(TokenChoiceTopKRouter):
+class LogitMultiplierRouter(Router):
     "Prototype of the core change: the router's float32 gate logits times `logit_multiplier` before the score function."
 
     logit_multiplier: float = 1.0  # set on the instance by the expression that builds it
 
-    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
-        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
-            logits_BLE = self.gate(x_BLD)
-        logits_BLE = logits_BLE.float() * self.logit_multiplier  # the one change
-        scores_BLE = torch.sigmoid(logits_BLE) if self.score_func == "sigmoid" else F.softmax(logits_BLE, dim=-1)
-        choice_BLE = scores_BLE if expert_bias_E is None else scores_BLE + expert_bias_E
-        if self.num_expert_groups is not None:
-            choice_BLE = self._get_node_limited_routing_scores(choice_BLE)
-        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
-        topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
-        if self.route_norm:
-            topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
-        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
+    def _logits(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        return super()._logits(x_BLD).float() * self.logit_multiplier  # the one change
 
 # %% ../../nbs/prototypes/07_expert_projections.ipynb #8edb47106e1a46a883d545849b8ab81b
 class _CountedOnce(torch.autograd.Function):

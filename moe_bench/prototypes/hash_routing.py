@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import inspect
 import math
+from functools import partial
 from typing import NamedTuple
 
 import spmd_types as spmd
@@ -19,14 +20,14 @@ from torchtitan.models.common.decoder_sharding import dense_param_placement
 from torchtitan.models.common.moe import MoE
 from torchtitan.protocols.sharding import ShardingConfig
 
-from ..expression import Expression
+from ..expression import Expression, with_router_change
 from ..moe_probe import MoEProbe
 from .common import _local
-from .score_func import SCORE_FUNC_CLAMPED_GLU, SCORE_FUNCS, ScoreFuncRouter
+from .score_func import SCORE_FUNC_CLAMPED_GLU, ScoreFuncRouter
 
 # %% auto #0
 __all__ = ['HASH_ROUTING_CORE_CHANGE', 'HASH_ROUTED', 'token_table_ids', 'HashRouter', 'HashRoutedMoE', 'hash_router_sharding',
-           'token_table_of', 'seed_token_tables_', 'HashRoutedBlock', 'with_hash_routing']
+           'token_table_of', 'seed_token_tables_', 'HashRoutedBlock']
 
 # %% ../../nbs/prototypes/17_hash_routing.ipynb #72eea5119410473aa328ad9291626812
 HASH_ROUTING_CORE_CHANGE = (
@@ -65,17 +66,13 @@ class HashRouter(ScoreFuncRouter):
         self.register_buffer("tid2eid_VK", torch.zeros(vocab_size, self.top_k, dtype=torch.long), persistent=True)
         return self
 
+    def _choice(self, logits_BLE: torch.Tensor, scores_BLE: torch.Tensor, expert_bias_E: torch.Tensor | None):
+        return token_table_ids(self.tid2eid_VK, self.token_ids_BL, scores_BLE)  # the one change: the table's experts
+
     def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
         if self.token_ids_BL is None:
             raise ValueError("a hash-routed MoE needs the token ids: call it with input_ids")
-        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
-            logits_BLE = self.gate(x_BLD)
-        scores_BLE = SCORE_FUNCS[self.score_form](logits_BLE.float())
-        topk_expert_ids_BLK = token_table_ids(self.tid2eid_VK, self.token_ids_BL, scores_BLE)  # the one change
-        topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
-        if self.route_norm:
-            topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
-        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
+        return super().forward(x_BLD, expert_bias_E)
 
 
 class HashRoutedMoE(MoE):
@@ -163,45 +160,6 @@ def _swap_hash_routed(layer: nn.Module, attr: str, titan: MoE, probe: MoEProbe) 
     setattr(layer, attr, titan)
 
 # %% ../../nbs/prototypes/17_hash_routing.ipynb #b118ea5561624da68c537baed56e602f
-def with_hash_routing(base: Expression) -> Expression:
-    "`base` with its router choosing experts by the block's token table: a prototype of `hash_routing` (and `base`'s changes)."
-
-    def applies(block: nn.Module, probe: MoEProbe) -> bool:
-        if probe.level != "block" or probe.score_bias or token_table_of(block, probe) is None:
-            return False
-        return base.applies(block, _as_table_placed(block, probe))
-
-    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
-        titan = base.build(_without_table(block, probe), _as_table_placed(block, probe), gate_float32, share)
-        titan.__class__, titan.router.__class__ = HashRoutedMoE, HashRouter
-        table = getattr(block, probe.router_attr).get_buffer(token_table_of(block, probe).rpartition(".")[2])
-        state = dict(titan.state_dict()) | {"router.tid2eid_VK": table.detach() if share else table.detach().clone()}
-        titan.router.extend(table.shape[0])
-        titan.load_state_dict(state, strict=True, assign=True)
-        return titan
-
-    def export(titan: MoE, block: nn.Module, probe: MoEProbe) -> dict:
-        sd = dict(titan.state_dict())
-        table = sd.pop("router.tid2eid_VK")
-        return base.export(_StateOf(sd), _without_table(block, probe), probe) | {token_table_of(block, probe): table}
-
-    def sharding(cfg) -> None:
-        base.sharding(cfg)
-        hash_router_sharding(cfg)
-
-    return dataclasses.replace(
-        base,
-        name=f"hash_router+{base.name}",
-        core_changes=(HASH_ROUTING_CORE_CHANGE, *base.core_changes),
-        applies=applies,
-        build=build,
-        export=export,
-        swap=_swap_hash_routed,
-        sharding=sharding,
-        exercise=lambda blocks, probe, run: seed_token_tables_(blocks),
-    )
-
-
 class _StateOf(NamedTuple):
     "A stand-in module for `Expression.export`: only its `state_dict()` is read."
 
@@ -211,4 +169,38 @@ class _StateOf(NamedTuple):
         return self.sd
 
 
-HASH_ROUTED = with_hash_routing(SCORE_FUNC_CLAMPED_GLU)
+def _hash_routed(titan: MoE, block: nn.Module, probe: MoEProbe, share: bool) -> MoE:
+    "The built module as a `HashRoutedMoE` whose `HashRouter` holds the block's token table, loaded strictly."
+    titan.__class__, titan.router.__class__ = HashRoutedMoE, HashRouter
+    table = getattr(block, probe.router_attr).get_buffer(token_table_of(block, probe).rpartition(".")[2])
+    state = dict(titan.state_dict()) | {"router.tid2eid_VK": table.detach() if share else table.detach().clone()}
+    titan.router.extend(table.shape[0])
+    titan.load_state_dict(state, strict=True, assign=True)
+    return titan
+
+
+def _export_hash_routed(base: Expression, titan: MoE, block: nn.Module, probe: MoEProbe) -> dict:
+    sd = dict(titan.state_dict())
+    table = sd.pop("router.tid2eid_VK")
+    return base.export(_StateOf(sd), _without_table(block, probe), probe) | {token_table_of(block, probe): table}
+
+
+def _hash_routed_sharding(base: Expression, cfg) -> None:
+    base.sharding(cfg)
+    hash_router_sharding(cfg)
+
+# %% ../../nbs/prototypes/17_hash_routing.ipynb #59bbdb311c014d738909a11f9e486628
+HASH_ROUTED = with_router_change(
+    SCORE_FUNC_CLAMPED_GLU,
+    name="hash_router",
+    core_change=HASH_ROUTING_CORE_CHANGE,
+    holds=lambda block, probe: (
+        probe.level == "block" and not probe.score_bias and token_table_of(block, probe) is not None
+    ),
+    install=_hash_routed,
+    base_block=lambda block, probe: (_without_table(block, probe), _as_table_placed(block, probe)),
+    export=partial(_export_hash_routed, SCORE_FUNC_CLAMPED_GLU),
+    swap=_swap_hash_routed,
+    sharding=partial(_hash_routed_sharding, SCORE_FUNC_CLAMPED_GLU),
+    exercise=lambda blocks, probe, run: seed_token_tables_(blocks),
+)

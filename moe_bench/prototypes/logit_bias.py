@@ -8,13 +8,12 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torchtitan.models.common import moe as titan_moe
 from torchtitan.models.common.moe import MoE, TokenChoiceTopKRouter
 
 from ..expression import block_prototype
 from ..moe_probe import MoEProbe, titan_blockers
+from .common import Router
 from ..replacement import build_titan_moe, titan_moe_config
 
 # %% auto #0
@@ -27,22 +26,14 @@ LOGIT_BIAS_CORE_CHANGE = (
 )
 
 
-class LogitBiasRouter(TokenChoiceTopKRouter):
+class LogitBiasRouter(Router):
     "Prototype of the core change: the score-correction bias added to the gate logits for the choice of experts."
 
-    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
-        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
-            logits_BLE = self.gate(x_BLD)
-        logits_BLE = logits_BLE.float()
-        scores_BLE = torch.sigmoid(logits_BLE) if self.score_func == "sigmoid" else F.softmax(logits_BLE, dim=-1)
-        choice_BLE = logits_BLE if expert_bias_E is None else logits_BLE + expert_bias_E  # the one change
-        if self.num_expert_groups is not None:
-            choice_BLE = self._get_node_limited_routing_scores(choice_BLE)
-        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
-        topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
-        if self.route_norm:
-            topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
-        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
+    def _logits(self, x_BLD: torch.Tensor) -> torch.Tensor:
+        return super()._logits(x_BLD).float()  # the choice below reads them: in float32 whatever the gate's dtype
+
+    def _choice(self, logits_BLE: torch.Tensor, scores_BLE: torch.Tensor, expert_bias_E: torch.Tensor | None):
+        return super()._choice(logits_BLE, logits_BLE, expert_bias_E)  # the one change: on the logits, not the scores
 
 # %% ../../nbs/prototypes/02_logit_bias.ipynb #7623eae2785240b9bd12b16a66d81610
 def logit_bias_applies(block: nn.Module, probe: MoEProbe) -> bool:

@@ -5,7 +5,6 @@
 # %% ../../nbs/prototypes/09_output_bias.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import re
 
@@ -18,13 +17,14 @@ from torchtitan.models.common.decoder_sharding import dense_param_placement
 from torchtitan.models.common.moe import MoE, TokenChoiceTopKRouter
 
 from ..adapter import hf_block_to_titan, titan_block_to_hf
-from ..expression import Expression, block_prototype
+from ..expression import block_prototype, with_router_change
 from ..moe_probe import MoEProbe, titan_blockers, unclaimed_tensors
+from .common import Router
 from ..replacement import load_titan_state_, titan_moe_config
 
 # %% auto #0
 __all__ = ['TOPK_SOFTMAX_CORE_CHANGE', 'OUTPUT_BIAS_CORE_CHANGE', 'OUTPUT_BIAS', 'TOPK_SOFTMAX_OUTPUT_BIAS', 'TopkSoftmaxRouter',
-           'OutputBiasMoE', 'output_bias_sharding', 'output_bias_attr', 'output_bias_applies', 'with_topk_softmax']
+           'OutputBiasMoE', 'output_bias_sharding', 'output_bias_attr', 'output_bias_applies']
 
 # %% ../../nbs/prototypes/09_output_bias.ipynb #72eea5119410473aa328ad9291626812
 TOPK_SOFTMAX_CORE_CHANGE = (
@@ -36,13 +36,11 @@ TOPK_SOFTMAX_CORE_CHANGE = (
 OUTPUT_BIAS_CORE_CHANGE = "moe_output_bias: an MoE option adding a learned (D,) bias to its output after the combine"
 
 
-class TopkSoftmaxRouter(TokenChoiceTopKRouter):
+class TopkSoftmaxRouter(Router):
     "Prototype of the core change: the top-k of the gate logits, weighted by the softmax over those k alone."
 
     def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
-        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
-            logits_BLE = self.gate(x_BLD)
-        logits_BLE = logits_BLE.float()
+        logits_BLE = self._logits(x_BLD).float()
         choice_BLE = logits_BLE if expert_bias_E is None else logits_BLE + expert_bias_E
         _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
         topk_scores_BLK = F.softmax(logits_BLE.gather(dim=-1, index=topk_expert_ids_BLK), dim=-1)  # the one change
@@ -114,25 +112,15 @@ OUTPUT_BIAS = block_prototype(
 )
 
 # %% ../../nbs/prototypes/09_output_bias.ipynb #7cdc8c89c7104fffa095e18ddfef8986
-def with_topk_softmax(base: Expression) -> Expression:
-    "`base` with `TopkSoftmaxRouter`: a prototype of `topk_softmax_router` (and `base`'s changes)."
-
-    def applies(block: nn.Module, probe: MoEProbe) -> bool:
-        return probe.route_norm_kind == "softmax_topk" and base.applies(block, probe)
-
-    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
-        titan = base.build(block, probe, gate_float32, share)
-        titan.router.__class__ = TopkSoftmaxRouter
-        return titan
-
-    return dataclasses.replace(
-        base,
-        name=f"topk_softmax_router+{base.name}",
-        kind="prototype",
-        core_changes=(TOPK_SOFTMAX_CORE_CHANGE, *base.core_changes),
-        applies=applies,
-        build=build,
-    )
+def _topk_softmax_router(titan: MoE, block: nn.Module, probe: MoEProbe, share: bool) -> MoE:
+    titan.router.__class__ = TopkSoftmaxRouter
+    return titan
 
 
-TOPK_SOFTMAX_OUTPUT_BIAS = with_topk_softmax(OUTPUT_BIAS)
+TOPK_SOFTMAX_OUTPUT_BIAS = with_router_change(
+    OUTPUT_BIAS,
+    name="topk_softmax_router",
+    core_change=TOPK_SOFTMAX_CORE_CHANGE,
+    holds=lambda block, probe: probe.route_norm_kind == "softmax_topk",
+    install=_topk_softmax_router,
+)

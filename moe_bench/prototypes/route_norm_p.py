@@ -8,16 +8,15 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torchtitan.models.common import moe as titan_moe
 from torchtitan.models.common.moe import MoE, TokenChoiceTopKRouter
 
-from ..expression import CORE, Expression
+from ..expression import CORE, with_router_change
 from ..moe_probe import MoEProbe, titan_blockers
+from .common import Router
 
 # %% auto #0
-__all__ = ['ROUTE_NORM_P_CORE_CHANGE', 'ROUTE_NORM_P', 'PNormRouter', 'with_route_norm_p']
+__all__ = ['ROUTE_NORM_P_CORE_CHANGE', 'ROUTE_NORM_P', 'PNormRouter']
 
 # %% ../../nbs/prototypes/10_route_norm_p.ipynb #72eea5119410473aa328ad9291626812
 ROUTE_NORM_P_CORE_CHANGE = (
@@ -26,22 +25,15 @@ ROUTE_NORM_P_CORE_CHANGE = (
 )
 
 
-class PNormRouter(TokenChoiceTopKRouter):
+class PNormRouter(Router):
     "Prototype of the core change: `TokenChoiceTopKRouter` renormalising the top-k scores by their `route_norm_p`-norm."
 
     route_norm_p: float  # set on the instance by the expression that builds it
 
-    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
-        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
-            scores_BLE = self.gate(x_BLD)
-        scores_BLE = torch.sigmoid(scores_BLE) if self.score_func == "sigmoid" else F.softmax(scores_BLE, dim=-1)
-        choice_BLE = scores_BLE if expert_bias_E is None else scores_BLE + expert_bias_E
-        if self.num_expert_groups is not None:
-            choice_BLE = self._get_node_limited_routing_scores(choice_BLE)
-        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
+    def _weights(self, scores_BLE: torch.Tensor, topk_expert_ids_BLK: torch.Tensor) -> torch.Tensor:
         topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
         topk_scores_BLK = topk_scores_BLK / torch.norm(topk_scores_BLK, p=self.route_norm_p, dim=-1, keepdim=True)
-        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
+        return topk_scores_BLK * self.route_scale
 
 # %% ../../nbs/prototypes/10_route_norm_p.ipynb #8763a12b2bbd4a93a75aff182afb95dc
 def _as_sum_normed(probe: MoEProbe) -> MoEProbe:
@@ -51,28 +43,18 @@ def _as_sum_normed(probe: MoEProbe) -> MoEProbe:
     return dataclasses.replace(summed, issues=titan_blockers(summed) + others)
 
 
-def with_route_norm_p(base: Expression) -> Expression:
-    "`base` with `PNormRouter`: a prototype of `route_norm_p` (and `base`'s changes)."
-
-    def applies(block: nn.Module, probe: MoEProbe) -> bool:
-        if probe.level != "block" or probe.route_norm_kind != "p_norm" or probe.route_norm_p in (None, 1.0):
-            return False
-        return base.applies(block, _as_sum_normed(probe))
-
-    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
-        titan = base.build(block, _as_sum_normed(probe), gate_float32, share)
-        titan.router.__class__, titan.router.route_norm_p = PNormRouter, probe.route_norm_p
-        return titan
-
-    return dataclasses.replace(
-        base,
-        name="route_norm_p" + ("" if base is CORE else f"+{base.name}"),
-        kind="prototype",
-        core_changes=(ROUTE_NORM_P_CORE_CHANGE, *base.core_changes),
-        applies=applies,
-        build=build,
-        config=lambda probe: base.config(_as_sum_normed(probe)),
-    )
+def _p_norm_router(titan: MoE, block: nn.Module, probe: MoEProbe, share: bool) -> MoE:
+    titan.router.__class__, titan.router.route_norm_p = PNormRouter, probe.route_norm_p
+    return titan
 
 
-ROUTE_NORM_P = with_route_norm_p(CORE)
+ROUTE_NORM_P = with_router_change(
+    CORE,
+    name="route_norm_p",
+    core_change=ROUTE_NORM_P_CORE_CHANGE,
+    holds=lambda block, probe: (
+        probe.level == "block" and probe.route_norm_kind == "p_norm" and probe.route_norm_p not in (None, 1.0)
+    ),
+    install=_p_norm_router,
+    base_probe=_as_sum_normed,
+)

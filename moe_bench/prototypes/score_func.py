@@ -5,23 +5,21 @@
 # %% ../../nbs/prototypes/16_score_func.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchtitan.models.common import moe as titan_moe
 from torchtitan.models.common.moe import MoE, TokenChoiceTopKRouter
 
-from ..expression import CORE, Expression
+from ..expression import CORE, with_router_change
 from ..moe_probe import SCORE_LOGITS, TITAN_SCORE_FUNCS, MoEProbe, score_fn_outputs
 from .clamped_glu import CLAMPED_GLU
-from .common import _as_core_scored
+from .common import Router, _as_core_scored
 
 # %% auto #0
-__all__ = ['SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'score_func_of', 'ScoreFuncRouter',
-           'with_score_func']
+__all__ = ['SCORE_FUNC_CORE_CHANGE', 'SCORE_FUNCS', 'SCORE_FUNC_CHANGE', 'SCORE_FUNC', 'SCORE_FUNC_CLAMPED_GLU', 'score_func_of',
+           'ScoreFuncRouter', 'score_func_holds']
 
 # %% ../../nbs/prototypes/16_score_func.ipynb #72eea5119410473aa328ad9291626812
 SCORE_FUNC_CORE_CHANGE = (
@@ -43,53 +41,34 @@ def score_func_of(router: nn.Module) -> str | None:
     return None
 
 
-class ScoreFuncRouter(TokenChoiceTopKRouter):
+class ScoreFuncRouter(Router):
     "Prototype of the core change: `TokenChoiceTopKRouter` scoring with `SCORE_FUNCS[self.score_form]`."
 
     score_form: str  # set on the instance by the expression that builds it
 
-    def forward(self, x_BLD: torch.Tensor, expert_bias_E: torch.Tensor | None = None):
-        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
-            logits_BLE = self.gate(x_BLD)
-        scores_BLE = SCORE_FUNCS[self.score_form](logits_BLE.float())  # the one change
-        choice_BLE = scores_BLE if expert_bias_E is None else scores_BLE + expert_bias_E
-        if self.num_expert_groups is not None:
-            choice_BLE = self._get_node_limited_routing_scores(choice_BLE)
-        _, topk_expert_ids_BLK = titan_moe.torch.topk(choice_BLE, k=self.top_k, dim=-1, sorted=False)
-        topk_scores_BLK = scores_BLE.gather(dim=-1, index=topk_expert_ids_BLK)
-        if self.route_norm:
-            topk_scores_BLK = topk_scores_BLK / (topk_scores_BLK.sum(dim=-1, keepdim=True) + 1e-20)
-        return topk_scores_BLK * self.route_scale, topk_expert_ids_BLK, scores_BLE
+    def _scores(self, logits_BLE: torch.Tensor) -> torch.Tensor:
+        return SCORE_FUNCS[self.score_form](logits_BLE.float())  # the one change
 
 # %% ../../nbs/prototypes/16_score_func.ipynb #7623eae2785240b9bd12b16a66d81610
-def with_score_func(base: Expression) -> Expression:
-    "`base` with its router scoring by a form of `SCORE_FUNCS`: a prototype of `score_func_option` (and `base`'s changes)."
-
-    def applies(block: nn.Module, probe: MoEProbe) -> bool:
-        if probe.level != "block" or probe.score_func in TITAN_SCORE_FUNCS:
-            return False
-        return score_func_of(getattr(block, probe.router_attr)) is not None and base.applies(
-            block, _as_core_scored(probe)
-        )
-
-    def build(block: nn.Module, probe: MoEProbe, gate_float32: bool = True, share: bool = False) -> MoE:
-        titan = base.build(block, _as_core_scored(probe), gate_float32, share)
-        titan.router.__class__ = ScoreFuncRouter
-        titan.router.score_form = score_func_of(getattr(block, probe.router_attr))
-        return titan
-
-    return dataclasses.replace(
-        base,
-        name="score_func_router" + ("" if base is CORE else f"+{base.name}"),
-        kind="prototype",
-        core_changes=(SCORE_FUNC_CORE_CHANGE, *base.core_changes),
-        applies=applies,
-        build=build,
-        config=lambda probe: base.config(_as_core_scored(probe)),
-    )
+def score_func_holds(block: nn.Module, probe: MoEProbe) -> bool:
+    "The block's router scores by a form of `SCORE_FUNCS` (HF's `score_fn`), none the core knows."
+    if probe.level != "block" or probe.score_func in TITAN_SCORE_FUNCS:
+        return False
+    return score_func_of(getattr(block, probe.router_attr)) is not None
 
 
-SCORE_FUNC = with_score_func(CORE)
+def _score_func_router(titan: MoE, block: nn.Module, probe: MoEProbe, share: bool) -> MoE:
+    titan.router.__class__ = ScoreFuncRouter
+    titan.router.score_form = score_func_of(getattr(block, probe.router_attr))
+    return titan
 
 
-SCORE_FUNC_CLAMPED_GLU = with_score_func(CLAMPED_GLU)
+SCORE_FUNC_CHANGE = dict(  # the router change, on whichever expression holds the rest of the block
+    name="score_func_router",
+    core_change=SCORE_FUNC_CORE_CHANGE,
+    holds=score_func_holds,
+    install=_score_func_router,
+    base_probe=_as_core_scored,
+)
+SCORE_FUNC = with_router_change(CORE, **SCORE_FUNC_CHANGE)
+SCORE_FUNC_CLAMPED_GLU = with_router_change(CLAMPED_GLU, **SCORE_FUNC_CHANGE)

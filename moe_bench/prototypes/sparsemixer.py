@@ -17,7 +17,7 @@ from torchtitan.models.common.moe import MoE, TokenChoiceTopKRouter
 
 from ..expression import CORE, block_prototype
 from ..moe_probe import MoEProbe
-from .common import _as_core_scored
+from .common import Router, _as_core_scored
 from ..replacement import build_titan_moe, titan_moe_config
 
 # %% auto #0
@@ -97,7 +97,7 @@ def sparsemixer_eps_of(router: nn.Module, top_k: int) -> float | None:
     return float(eps) if same else None
 
 
-class SparseMixerRouter(TokenChoiceTopKRouter):
+class SparseMixerRouter(Router):
     "Prototype of the core change: `TokenChoiceTopKRouter` routing by SparseMixer's rule (`sparsemixer_topk`)."
 
     jitter_eps: float  # HF's `router_jitter_noise`, set on the instance by the expression that builds it
@@ -113,9 +113,7 @@ class SparseMixerRouter(TokenChoiceTopKRouter):
                 if self.noise is None
                 else "SparseMixerRouter's training mode has no input jitter (HF's `input_jitter_noise` > 0)"
             )
-        with torch.autocast(device_type=x_BLD.device.type, dtype=torch.float32):
-            logits_BLE = self.gate(x_BLD)
-        logits_BLE = logits_BLE.float()
+        logits_BLE = self._logits(x_BLD).float()
         draws = self.noise.draws(logits_BLE) if self.training else None
         topk_scores_BLK, topk_expert_ids_BLK = sparsemixer_topk(logits_BLE, self.jitter_eps, self.top_k, draws)
         if self.route_norm:

@@ -18,7 +18,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torchtitan.distributed.parallel_dims import MeshAxisName
 from torchtitan.models.common.decoder_sharding import dense_param_placement
 from torchtitan.models.common.linear import Linear
-from torchtitan.models.common.moe import GroupedExperts, MoE, TokenChoiceTopKRouter
+from torchtitan.models.common.moe import GroupedExperts, MoE
 from torchtitan.protocols.sharding import SpmdLayout, resolve_placements
 
 from ..adapter import TITAN_EXPERTS, TensorRule, _apply, block_rules, rename

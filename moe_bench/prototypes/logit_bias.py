@@ -9,7 +9,7 @@ import dataclasses
 
 import torch
 from torch import nn
-from torchtitan.models.common.moe import MoE, TokenChoiceTopKRouter
+from torchtitan.models.common.moe import MoE
 
 from ..expression import block_prototype
 from ..moe_probe import MoEProbe, titan_blockers

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchtitan.models.common import moe as titan_moe
 from torchtitan.models.common.decoder_sharding import dense_param_placement
-from torchtitan.models.common.moe import MoE, TokenChoiceTopKRouter
+from torchtitan.models.common.moe import MoE
 
 from ..adapter import hf_block_to_titan, titan_block_to_hf
 from ..expression import block_prototype, with_router_change

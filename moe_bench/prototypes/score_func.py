@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchtitan.models.common.moe import MoE, TokenChoiceTopKRouter
+from torchtitan.models.common.moe import MoE
 
 from ..expression import CORE, with_router_change
 from ..moe_probe import SCORE_LOGITS, TITAN_SCORE_FUNCS, MoEProbe, score_fn_outputs

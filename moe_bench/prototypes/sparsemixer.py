@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, Replicate
-from torchtitan.models.common.moe import MoE, TokenChoiceTopKRouter
+from torchtitan.models.common.moe import MoE
 
 from ..expression import CORE, block_prototype
 from ..moe_probe import MoEProbe

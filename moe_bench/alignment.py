@@ -24,20 +24,16 @@ from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 
 from .compare import hf_routers_gate, moe_input, output_metrics
 from .core import in_dtype
-from .expression import CORE, expression_of, modality_probes
-from moe_bench.extensions import (
-    ClampedGluGroupedExperts,
-    Float32CombineDispatcher,
-    IdentityTailGroupedExperts,
-    InputDtypeGptOssExperts,
-    NonGatedGroupedExperts,
-    PerModalityMoE,
-    clamped_swiglu_mlp,
-    grouped_gated_mlp,
-    padded_width,
-    per_expert_mm,
-)
+from .expression import CORE, InputDtypeGptOssExperts, clamped_swiglu_mlp
+from .extensions import Float32CombineDispatcher, float32_weighted_rows
 from .moe_probe import STACKED_EXPERT_LAYOUTS, MoEProbe
+from .prototypes import expression_of
+from .prototypes.clamped_glu import ClampedGluGroupedExperts
+from .prototypes.common import grouped_gated_mlp, per_expert_mm
+from .prototypes.identity_experts import IdentityTailGroupedExperts
+from .prototypes.non_gated import NonGatedGroupedExperts
+from .prototypes.padded_experts import padded_width
+from .prototypes.per_modality import PerModalityMoE, modality_probes
 from .replacement import Float32Gate
 from .traces import Trace, capture_hf, hf_row_pairs, run_block, trace_moe
 
@@ -126,9 +122,7 @@ def _aligned_combine(self, routed_output_RD, metadata, x_TD):
         return _original_combine(self, routed_output_RD, metadata, x_TD)
     if not ALIGN["combine_token_order"]:  # the same change as the f32_combine extension: one implementation of it
         return Float32CombineDispatcher.combine(self, routed_output_RD, metadata, x_TD)
-    weighted_RD = routed_output_RD.to(torch.float32) * metadata.topk_scores_experts_sorted_N.reshape(-1, 1).to(
-        torch.float32
-    )
+    weighted_RD = float32_weighted_rows(routed_output_RD, metadata)  # as the extension's, then HF's token-order sum
     T, K = self._top_k_shape
     weighted_ND = torch.empty_like(weighted_RD)
     weighted_ND[self._pairs_experts_sorted_N] = weighted_RD

@@ -20,7 +20,7 @@ from torch import nn
 from . import cpu_compat
 from .adapter import TITAN_EXPERT_BIAS, TITAN_EXPERTS, TITAN_ROUTER, TITAN_SHARED
 from .core import hidden_of, in_dtype, randomize_, worst_status
-from .expression import CORE, Expression, expression_of
+from .expression import CORE, Expression
 from .extensions import EXTENSIONS, Extension, applicable_extensions, combined
 from moe_bench.hf import (
     build_model,
@@ -32,6 +32,7 @@ from moe_bench.hf import (
     nested_moe_blocks,
 )
 from .moe_probe import MoEProbe, probe_moe_block
+from .prototypes import expression_of
 
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'IN_MODEL_BYTES_PER_PARAM', 'MODALITY_PREFIX',

@@ -12,13 +12,11 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torchtitan.models.common.moe import GroupedExperts
 
-from moe_bench.extensions import (
-    ClampedGluGroupedExperts,
-    GeluTanhGroupedExperts,
-    IdentityTailGroupedExperts,
-    NonGatedGroupedExperts,
-    grouped_gated_mlp,
-)
+from .prototypes.clamped_glu import ClampedGluGroupedExperts
+from .prototypes.common import grouped_gated_mlp
+from .prototypes.identity_experts import IdentityTailGroupedExperts
+from .prototypes.layer_moe import GeluTanhGroupedExperts
+from .prototypes.non_gated import NonGatedGroupedExperts
 
 # %% auto #0
 __all__ = ['apply', 'revert', 'describe', 'sum_reductions_for_gloo']

@@ -27,9 +27,10 @@ from moe_bench.compare import (
     with_extension,
 )
 from .core import phase_record, worst_status
-from .expression import CORE, Expression, expression_of
+from .expression import CORE, Expression
 from .hf import NoMoEError, decoder_layers, meta_model, moe_block, moe_layer_indices
 from .moe_probe import probe_moe_block
+from .prototypes import expression_of
 from .synth import synthetic_config
 
 # %% auto #0

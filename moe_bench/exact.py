@@ -14,7 +14,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torchtitan.models.common.moe import GroupedExperts
 
-from .extensions import per_expert_mm
+from .prototypes.common import per_expert_mm
 
 # %% auto #0
 __all__ = ['OWN_CODE', 'caller_site', 'KeepFloat64', 'float64_steps']

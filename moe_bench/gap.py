@@ -12,8 +12,8 @@ import torch
 from .alignment import gap_table, torchtitan_digest
 from .compare import DTYPES, materialize_, memory_shortfall, meta_moe_block, moe_input
 from .core import phase_record
-from .expression import expression_of
 from .hf import NoMoEError
+from .prototypes import expression_of
 from .synth import synthetic_config
 from .traces import Trace
 

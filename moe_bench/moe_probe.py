@@ -150,7 +150,9 @@ def _routing_sources(router: nn.Module, block: nn.Module) -> tuple[str, ...]:
     return (_source(router), _source(block), _called_methods(block))
 
 
-_ROUTING_FUNCS = ("sparsemixer",)  # routing functions known by name (phimoe's); `00e_extensions` runs HF's to confirm
+_ROUTING_FUNCS = (
+    "sparsemixer",
+)  # routing functions known by name (phimoe's); the sparsemixer prototype runs HF's to confirm
 
 
 SCORE_LOGITS = torch.linspace(-30.0, 30.0, 6001)  # the logits a router's own score function is run on

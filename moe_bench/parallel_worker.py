@@ -28,9 +28,11 @@ from torchtitan.models.common.moe import MoE
 from . import cpu_compat
 from .core import randomize_
 from .exact import float64_steps
-from .expression import Expressed, Expression, seed_token_tables_, swap_titan_moe
-from .extensions import TokenNoise
+from .expression import Expression
 from .hf import build_model, config_with, decoder_layers, embeddings, moe_attr_name, moe_block, real_config
+from .prototypes import Expressed, swap_titan_moe
+from .prototypes.hash_routing import seed_token_tables_
+from .prototypes.sparsemixer import TokenNoise
 from .sharding import Plan, PlanError, apply_fsdp, apply_model_parallel, check_plan, model_plan
 from .synth import synthetic_config, synthetic_overrides
 from .worker_controls import control_record, negative_plans

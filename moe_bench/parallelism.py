@@ -15,8 +15,8 @@ import time
 
 from .compare import meta_moe_block
 from .core import GOOD, phase_record, worst_status
-from .expression import expression_of
 from .parallel_worker import CONFIG_NAMES, WORLD
+from .prototypes import expression_of
 from .synth import synthetic_config
 
 # %% auto #0

@@ -47,9 +47,9 @@ from moe_bench.compare import (
     swap_gate_up,
 )
 from .core import hidden_of, peak_rss_gb, phase_record, where_not_finite, worst_figure, worst_status
-from .expression import EXPRESSIONS, expression_of
 from .hf import decoder_layers, moe_attr_name, moe_block
 from .moe_probe import probe_moe_block
+from .prototypes import EXPRESSIONS, expression_of
 from .trained import TRAINED, builtin_checkpoint
 
 # %% auto #0

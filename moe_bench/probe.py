@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from .adapter import moe_block_probes, roundtrip_check
 from .core import phase_record
-from .expression import expression_of
 from moe_bench.hf import (
     config_with,
     decoder_layers,
@@ -19,6 +18,7 @@ from moe_bench.hf import (
     real_config,
 )
 from .moe_probe import attention_kind, probe_moe_block
+from .prototypes import expression_of
 from .synth import synthetic_overrides
 
 # %% auto #0

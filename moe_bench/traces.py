@@ -17,9 +17,10 @@ from matplotlib.colors import LogNorm
 from torch import nn
 
 from .core import hidden_of
-from .extensions import IdentityTailGroupedExperts, PerModalityMoE, mixed_modality_mask, routed_output
 from .hf import nested_moe_blocks
 from .moe_probe import MoEProbe, probe_shared_experts
+from .prototypes.identity_experts import IdentityTailGroupedExperts
+from .prototypes.per_modality import PerModalityMoE, mixed_modality_mask, routed_output
 
 # %% auto #0
 __all__ = ['STAGES', 'STAGE_NOTES', 'FLOOR', 'slot_of_pair', 'rows_to_slots', 'by_slot', 'StageDiff', 'Trace', 'hf_row_pairs',

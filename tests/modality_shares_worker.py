@@ -9,7 +9,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-import moe_bench.expression as expression
+import moe_bench.prototypes.per_modality as per_modality
 from moe_bench import cpu_compat
 from moe_bench.parallel_worker import model_results, set_spmd_backend
 
@@ -22,7 +22,7 @@ def first_half_second(shape: tuple[int, int]) -> torch.Tensor:
 
 if __name__ == "__main__":
     warnings.filterwarnings("ignore")
-    expression.mixed_modality_mask = first_half_second  # the mask phase 4 gives the model (`model_inputs`)
+    per_modality.mixed_modality_mask = first_half_second  # the mask phase 4 gives the model (`model_inputs`)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     torch.set_num_threads(1)
     cpu_compat.apply(cpu=True)

@@ -15,8 +15,29 @@ FLOORS = [
     {"moe_probe", "checkpoint"},
     {"adapter"},
     {"replacement"},
-    {"extensions"},
-    {"expression", "synth", "cpu_compat", "exact"},
+    {"prototypes.common"},  # kernels and helpers several prototypes (and the extensions) share
+    {"extensions", "expression"},
+    {  # the prototypes: each one core change, on the descriptor `Expression` and the common kernels
+        "prototypes.logit_bias",
+        "prototypes.clamped_glu",
+        "prototypes.non_gated",
+        "prototypes.output_norm",
+        "prototypes.expert_projections",
+        "prototypes.score_before_experts",
+        "prototypes.output_bias",
+        "prototypes.route_norm_p",
+        "prototypes.identity_experts",
+        "prototypes.router_weighted_shared",
+        "prototypes.router_mlp",
+        "prototypes.per_modality",
+        "prototypes.padded_experts",
+        "prototypes.sparsemixer",
+        "prototypes.layer_moe",
+    },
+    {"prototypes.softcapped_glu", "prototypes.score_func"},  # on the clamped GLU's experts and expression
+    {"prototypes.hash_routing"},  # deepseek_v4's hash layers: the score-function prototype's router
+    {"prototypes"},  # the index: `EXPRESSIONS`, `expression_of`, `swap_titan_moe`
+    {"synth", "cpu_compat", "exact"},
     {"compare", "traces", "trained", "sharding.plan"},  # sharding: a package by concern, its index on top
     {"sharding.per_token", "sharding.indexers", "sharding.check", "sharding.styles"},
     {"sharding.attention"},

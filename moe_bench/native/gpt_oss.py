@@ -21,7 +21,7 @@ from torchtitan.models.gpt_oss.moe import GptOssGroupedExperts, GptOssMoE
 from torchtitan.models.gpt_oss.state_dict_adapter import GptOssStateDictAdapter
 from transformers import PretrainedConfig
 
-from ..extensions import InputDtypeGptOssExperts
+from ..expression import InputDtypeGptOssExperts
 from moe_bench.native.family import (
     COMMON_FIELDS,
     EXPERTS,

@@ -36,8 +36,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..cpu_compat import sum_reductions_for_gloo
-from ..expression import Expressed
 from ..hf import decoder_layers, embeddings
+from ..prototypes import Expressed
 from .plan import Plan, PlanError, Spec, _has_own_state
 from .rules import decoder_extras
 from .styles import parallel_style

@@ -8,7 +8,9 @@ import pytest
 from conftest import REPO
 
 # Lowest first. A module may import only from strictly lower floors: backends below phases, phases below the
-# batch (coverage) and the runner. Two modules on one floor never import each other.
+# batch (coverage) and the runner. Two modules on one floor never import each other, except in a room: `pkg.*` names
+# every module of a package that no other floor names, and these may import each other, never in a circle (so a new
+# prototype is one notebook and one row of `EXPRESSIONS`, with no floor to add here).
 FLOORS = [
     {"core"},
     {"hf"},
@@ -17,25 +19,7 @@ FLOORS = [
     {"replacement"},
     {"prototypes.common"},  # kernels and helpers several prototypes (and the extensions) share
     {"extensions", "expression"},
-    {  # the prototypes: each one core change, on the descriptor `Expression` and the common kernels
-        "prototypes.logit_bias",
-        "prototypes.clamped_glu",
-        "prototypes.non_gated",
-        "prototypes.output_norm",
-        "prototypes.expert_projections",
-        "prototypes.score_before_experts",
-        "prototypes.output_bias",
-        "prototypes.route_norm_p",
-        "prototypes.identity_experts",
-        "prototypes.router_weighted_shared",
-        "prototypes.router_mlp",
-        "prototypes.per_modality",
-        "prototypes.padded_experts",
-        "prototypes.sparsemixer",
-        "prototypes.layer_moe",
-    },
-    {"prototypes.softcapped_glu", "prototypes.score_func"},  # on the clamped GLU's experts and expression
-    {"prototypes.hash_routing"},  # deepseek_v4's hash layers: the score-function prototype's router
+    {"prototypes.*"},  # a room: every prototype, one core change each, on `Expression` and the common kernels
     {"prototypes"},  # the index: `EXPRESSIONS`, `expression_of`, `swap_titan_moe`
     {"synth", "cpu_compat", "exact"},
     {"compare", "traces", "trained", "sharding.plan"},  # sharding: a package by concern, its index on top
@@ -58,6 +42,7 @@ FLOORS = [
     {"runner"},
 ]
 FLOOR = {m: i for i, floor in enumerate(FLOORS) for m in floor}
+ROOMS = {m[:-2] for m in FLOOR if m.endswith(".*")}  # the packages whose unnamed modules share a floor
 LIB = REPO / "moe_bench"
 MAX_MODULE_LINES = 900  # a room past this holds more than one concern: make it a package by concern (STYLE.md)
 
@@ -75,6 +60,16 @@ MODULES = sorted(
 )
 
 
+def room_of(module: str) -> str | None:
+    "The room (`pkg.*`) a module lies in where no floor names it; else None."
+    package = module.rpartition(".")[0]
+    return f"{package}.*" if package in ROOMS and module not in FLOOR else None
+
+
+def floor_of(module: str) -> int | None:
+    return FLOOR.get(module, FLOOR.get(room_of(module) or "", None))
+
+
 def source_path(module: str):
     path = LIB.joinpath(*module.split("."))
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
@@ -83,7 +78,7 @@ def source_path(module: str):
 def _known(dotted: str) -> str:
     "The longest module of moe_bench that `dotted` (a name under moe_bench) names or lies in."
     parts = dotted.split(".")
-    while parts and ".".join(parts) not in FLOOR:
+    while parts and ".".join(parts) not in MODULES:
         parts.pop()
     return ".".join(parts) or dotted
 
@@ -113,16 +108,65 @@ def imports_of(module: str, source: str | None = None) -> set[str]:
 
 
 def test_every_module_has_a_floor():
-    assert set(MODULES) == set(FLOOR), (set(MODULES) - set(FLOOR), set(FLOOR) - set(MODULES))
+    "Every module has a floor; every floor names a module (a room at least one)."
+    assert not [m for m in MODULES if floor_of(m) is None]
+    named = {m for m in FLOOR if not m.endswith(".*")} | {f"{r}.*" for r in ROOMS if any(room_of(m) for m in MODULES)}
+    assert named == set(FLOOR) and named - {f"{r}.*" for r in ROOMS} <= set(MODULES), set(FLOOR) - named
 
 
 def upward_imports(module: str, source: str | None = None) -> list[str]:
-    return sorted(m for m in imports_of(module, source) if FLOOR.get(m, len(FLOORS)) >= FLOOR[module])
+    "What `module` imports from its own floor or above (a module of its own room aside)."
+    room = room_of(module)
+    return sorted(
+        m
+        for m in imports_of(module, source)
+        if (floor_of(m) if floor_of(m) is not None else len(FLOORS)) >= floor_of(module)
+        and not (room and room_of(m) == room)
+    )
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_imports_only_from_lower_floors(module):
-    assert not upward_imports(module), f"{module} (floor {FLOOR[module]}) imports {upward_imports(module)}"
+    assert not upward_imports(module), f"{module} (floor {floor_of(module)}) imports {upward_imports(module)}"
+
+
+def circle(graph: dict[str, set[str]]) -> list[str]:
+    "One import circle in `graph` (module -> the modules it imports), as the path that closes it; [] where none."
+    state, path = {}, []
+
+    def visit(m: str) -> list[str]:
+        state[m] = "open"
+        path.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == "open":
+                return path[path.index(n) :] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        state[m] = "done"
+        path.pop()
+        return []
+
+    return next((found for m in sorted(graph) if m not in state and (found := visit(m))), [])
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_no_circle_within_a_room(room):
+    "The modules of a room import each other without a circle."
+    members = [m for m in MODULES if room_of(m) == f"{room}.*"]
+    graph = {m: {n for n in imports_of(m) if n in members} for m in members}
+    assert len(members) > 1 and not circle(graph), circle(graph)
+
+
+def test_the_circle_check_sees_a_circle():
+    "Negative control: a -> b -> c -> a is found and named; a chain and a diamond are not circles."
+    assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert circle({"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}) == []
+
+
+def test_a_room_module_may_not_import_upward():
+    "Negative control: a prototype importing a phase is reported; one importing another prototype is not."
+    module = next(m for m in MODULES if room_of(m) == "prototypes.*")
+    assert upward_imports(module, "from ..probe import probe_model\nfrom .clamped_glu import x") == ["probe"]
 
 
 @pytest.mark.parametrize(

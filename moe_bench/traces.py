@@ -18,9 +18,9 @@ from torch import nn
 
 from .core import hidden_of
 from .hf import nested_moe_blocks
-from .moe_probe import MoEProbe, probe_shared_experts
+from .moe_probe import MoEProbe
 from .prototypes.identity_experts import IdentityTailGroupedExperts
-from .prototypes.per_modality import PerModalityMoE, mixed_modality_mask, routed_output
+from .prototypes.per_modality import PerModalityMoE, mixed_modality_mask, modality_probes, routed_output
 
 # %% auto #0
 __all__ = ['STAGES', 'STAGE_NOTES', 'FLOOR', 'slot_of_pair', 'rows_to_slots', 'by_slot', 'StageDiff', 'Trace', 'hf_row_pairs',
@@ -427,7 +427,7 @@ def trace_moe(
     "The stage-by-stage trace of HF's block and Titan's `MoE` on `x_BLD`."
     hf = hf_capture if hf_capture is not None else capture_hf(hf_block, probe, x_BLD)
     if split := nested_moe_blocks(hf_block):  # one router and expert set per modality: their stages by name
-        ti, names = capture_titan_by_modality(titan, x_BLD, split), modality_stage_names(hf_block)
+        ti, names = capture_titan_by_modality(titan, x_BLD, split), modality_stage_names(hf_block, probe)
     else:
         ti, names = capture_titan(titan, x_BLD), [s for s in STAGES if s != "shared" or probe.shared_experts != "none"]
     stages = []
@@ -465,10 +465,10 @@ class RoutedPart:
         return routed_output(self.moe, x_BLD)
 
 
-def modality_stage_names(hf_block: nn.Module) -> list[str]:
+def modality_stage_names(hf_block: nn.Module, probe: MoEProbe) -> list[str]:
     "Each modality block's routed stages under its name, then the shared expert (if any) and the block's output."
     routed = [s for s in STAGES if s not in ("shared", "output")]
-    shared = ["shared"] if probe_shared_experts(hf_block)["shared_experts"] != "none" else []
+    shared = ["shared"] if modality_probes(hf_block, probe)[0].shared_experts != "none" else []
     return [f"{m}.{s}" for m in nested_moe_blocks(hf_block) for s in routed] + shared + ["output"]
 
 
@@ -496,7 +496,7 @@ def capture_hf_by_modality(hf_block: nn.Module, probe: MoEProbe, x_BLD: torch.Te
     for name, tokens_BL in zip(nested_moe_blocks(hf_block), modality_tokens(x_BLD), strict=True):
         stages = capture_hf(getattr(hf_block, name), probe, x_BLD[tokens_BL].unsqueeze(0))  # as the block hands them
         res |= {f"{name}.{s}": v for s, v in stages.items() if s not in ("shared", "output")}
-    shared_attr = probe_shared_experts(hf_block).get("shared_attr")
+    shared_attr = modality_probes(hf_block, probe)[0].shared_attr  # the first modality's probe holds the block's
     shared = None if shared_attr is None else getattr(hf_block, shared_attr)
     return res | _whole_block_stages(*_with_shared(shared, lambda: run_block(hf_block, x_BLD)))
 

@@ -19,7 +19,7 @@ from .prototypes.common import grouped_gated_mlp
 
 # %% auto #0
 __all__ = ['EXTENSIONS', 'float32_weighted_rows', 'Float32CombineDispatcher', 'Extension', 'float32_combine_',
-           'applicable_extensions', 'OutputScaledRoutedExperts', 'Float32GluGroupedExperts', 'combined']
+           'OutputScaledRoutedExperts', 'Float32GluGroupedExperts', 'applicable_extensions', 'combined']
 
 # %% ../nbs/00e_extensions.ipynb #8edb47106e1a46a883d545849b8ab81b
 def float32_weighted_rows(routed_output_RD: torch.Tensor, metadata) -> torch.Tensor:
@@ -65,20 +65,6 @@ def float32_combine_(dispatcher: LocalTokenDispatcher) -> None:
         dispatcher.__class__ = _FLOAT32_COMBINED[cls]
 
 
-EXTENSIONS = [
-    Extension(
-        "f32_combine",
-        "LocalTokenDispatcher.combine accumulates the weighted expert rows in float32 "
-        "and casts once at the end (as HF's float32 combine buffer)",
-        _float32_combine,
-    ),
-]
-
-
-def applicable_extensions(probe: MoEProbe) -> list[Extension]:
-    "The extensions that apply to a block of this probe."
-    return [e for e in EXTENSIONS if e.applies(probe)]
-
 # %% ../nbs/00e_extensions.ipynb #938c804e27f84196a10c8828c723f798
 class OutputScaledRoutedExperts(RoutedExperts):
     "Prototype of the core change: `MoE` applies `route_scale` to the routed experts' combined output, not to the top-k weights."
@@ -111,7 +97,13 @@ def _float32_glu(titan: MoE) -> None:
     titan.routed_experts.inner_experts.__class__ = Float32GluGroupedExperts
 
 
-EXTENSIONS += [
+EXTENSIONS = [  # every extension, in the order they are tried and combined
+    Extension(
+        "f32_combine",
+        "LocalTokenDispatcher.combine accumulates the weighted expert rows in float32 "
+        "and casts once at the end (as HF's float32 combine buffer)",
+        _float32_combine,
+    ),
     Extension(
         "output_scale",
         "MoE applies route_scale to the routed experts' combined output instead of the top-k weights "
@@ -126,6 +118,11 @@ EXTENSIONS += [
         applies=lambda probe: probe.activation_dtype == "float32",
     ),
 ]
+
+
+def applicable_extensions(probe: MoEProbe) -> list[Extension]:
+    "The extensions that apply to a block of this probe."
+    return [e for e in EXTENSIONS if e.applies(probe)]
 
 
 def combined(extensions: list[Extension]) -> Extension:

@@ -28,9 +28,8 @@ from moe_bench.compare import (
 )
 from .core import phase_record, worst_status
 from .expression import CORE, Expression
-from .hf import NoMoEError, decoder_layers, meta_model, moe_block, moe_layer_indices
-from .moe_probe import probe_moe_block
-from .prototypes import expression_of
+from .hf import NoMoEError, meta_model
+from .prototypes import expression_of, moe_layers
 from .synth import synthetic_config
 
 # %% auto #0
@@ -40,12 +39,10 @@ __all__ = ['other_layer_kinds', 'equivalence_phase']
 def other_layer_kinds(config, first: Expression) -> list[Expression]:
     """The expressions of the config's later MoE layers where they differ from the first's, each judging its own
     layer (deepseek_v4's hash-routed layer after its score-routed one); none for a model with one kind of MoE layer."""
-    meta, out = meta_model(config), []
-    for i, index in enumerate(moe_layer_indices(meta)):
-        block = moe_block(decoder_layers(meta)[index])
-        expression = expression_of(block, probe_moe_block(block, config))
-        if i and expression is not None and expression.name not in {first.name, *(e.name for e in out)}:
-            out.append(dataclasses.replace(expression, judged_moe_layer=i))
+    out = []
+    for i, moe in enumerate(moe_layers(meta_model(config), config)):
+        if i and moe.expression is not None and moe.expression.name not in {first.name, *(e.name for e in out)}:
+            out.append(dataclasses.replace(moe.expression, judged_moe_layer=i))
     return out
 
 # %% ../nbs/03_equivalence.ipynb #4a44dfd7

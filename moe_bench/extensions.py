@@ -64,7 +64,6 @@ def float32_combine_(dispatcher: LocalTokenDispatcher) -> None:
             _FLOAT32_COMBINED[cls] = type(f"Float32Combine{cls.__name__}", (cls, Float32CombineDispatcher), {})
         dispatcher.__class__ = _FLOAT32_COMBINED[cls]
 
-
 # %% ../nbs/00e_extensions.ipynb #938c804e27f84196a10c8828c723f798
 class OutputScaledRoutedExperts(RoutedExperts):
     "Prototype of the core change: `MoE` applies `route_scale` to the routed experts' combined output, not to the top-k weights."

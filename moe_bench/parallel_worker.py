@@ -30,7 +30,7 @@ from .core import randomize_
 from .exact import float64_steps
 from .expression import Expression
 from .hf import build_model, config_with, decoder_layers, embeddings, moe_attr_name, moe_block, real_config
-from .prototypes import Expressed, swap_titan_moe
+from .prototypes import MoELayer, swap_titan_moe
 from .prototypes.hash_routing import seed_token_tables_
 from .prototypes.sparsemixer import TokenNoise
 from .sharding import Plan, PlanError, apply_fsdp, apply_model_parallel, check_plan, model_plan
@@ -105,7 +105,7 @@ def parallel_test_config(model: str, layers: int = 2):
 
 def parallel_test_model(
     model: str, layers: int = 2, seed: int = 0
-) -> tuple[torch.nn.Module, object, dict[int, Expressed]]:
+) -> tuple[torch.nn.Module, object, dict[int, MoELayer]]:
     "The small float32 HF model of `model` with Titan's MoE swapped in; its config; the probe and expression of each MoE layer."
     cfg = parallel_test_config(model, layers)
     hf = build_model(
@@ -116,13 +116,13 @@ def parallel_test_model(
     return hf, cfg, swap_titan_moe(hf, cfg)
 
 # %% ../nbs/04c_worker.ipynb #e6651eb2
-def swapped_moes(model: torch.nn.Module, swapped: dict[int, Expressed]) -> list[tuple[MoE, Expression]]:
+def swapped_moes(model: torch.nn.Module, swapped: dict[int, MoELayer]) -> list[tuple[MoE, Expression]]:
     "Each swapped layer's Titan `MoE` (the block, or the one inside a layer-level prototype) and its expression."
     layers = decoder_layers(model)
     return [(next(m for m in layers[i].modules() if isinstance(m, MoE)), e.expression) for i, e in swapped.items()]
 
 
-def key_token_noise(model: torch.nn.Module, swapped: dict[int, Expressed], seed: int) -> list[str]:
+def key_token_noise(model: torch.nn.Module, swapped: dict[int, MoELayer], seed: int) -> list[str]:
     "Give every module with a `noise` slot in the swapped MoE layers a `TokenNoise` keyed to (seed, its layer); their names."
     keyed = []
     for layer, (moe, _) in zip(swapped, swapped_moes(model, swapped), strict=True):
@@ -203,7 +203,7 @@ def _full(t):
     return None if t is None else (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu().clone()
 
 
-def model_inputs_of(model, swapped: dict[int, Expressed], ids: torch.Tensor) -> dict:
+def model_inputs_of(model, swapped: dict[int, MoELayer], ids: torch.Tensor) -> dict:
     "What the model takes beside the batch's token ids, row for row with them (each expression's `model_inputs`: a modality mask)."
     return {
         k: v for moe, expression in swapped_moes(model, swapped) for k, v in expression.model_inputs(moe, ids).items()
@@ -514,7 +514,7 @@ class Reference:
 
     base: torch.nn.Module  # the float32 model with Titan's MoE, on the device
     cfg: object
-    swapped: dict[int, Expressed]
+    swapped: dict[int, MoELayer]
     noise_keyed: list[str]  # the modules that sample in training, each drawing noise keyed to its tokens
     batch: tuple[torch.Tensor, torch.Tensor]  # token ids and labels
     plan: Plan

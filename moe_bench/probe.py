@@ -19,6 +19,7 @@ from moe_bench.hf import (
 )
 from .moe_probe import attention_kind, probe_moe_block
 from .prototypes import expression_of
+from .prototypes import moe_layers as moe_layer_records
 from .synth import synthetic_overrides
 
 # %% auto #0
@@ -122,9 +123,8 @@ def probe_model(
     differing = sorted(p for p, q in probes.items() if q != block_probe)
     expression = expression_of(moe_block(first), block_probe)
     kinds = {}  # where MoE blocks differ: each expression -> the MoE layers it holds (None: no expression holds them)
-    for index in moe_layers if differing else []:
-        block = moe_block(layers[index])
-        kinds.setdefault(getattr(expression_of(block, probe_moe_block(block, config)), "name", None), []).append(index)
+    for moe in moe_layer_records(meta, config) if differing else []:
+        kinds.setdefault(getattr(moe.expression, "name", None), []).append(moe.index)
     held = expression is not None and expression.in_torchtitan  # by the core's MoE or a torchtitan model's own
     issues = ([] if held else list(block_probe.issues)) + (
         [f"MoE blocks differ from layer {moe_layers[0]}'s: {differing}"] if differing else []

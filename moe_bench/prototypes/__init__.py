@@ -32,7 +32,7 @@ from .softcapped_glu import SOFTCAPPED_GLU
 from .sparsemixer import SPARSEMIXER
 
 # %% auto #0
-__all__ = ['EXPRESSIONS', 'expression_of', 'Expressed', 'swap_titan_moe']
+__all__ = ['EXPRESSIONS', 'expression_of', 'MoELayer', 'moe_layers', 'swap_titan_moe']
 
 # %% ../../nbs/prototypes/00_index.ipynb #10185d26023b46108eb7d9f57d49d2b3
 EXPRESSIONS: tuple[Expression, ...] = (
@@ -69,25 +69,35 @@ def expression_of(
     return next((e for e in EXPRESSIONS if e.applies(hf_module, probe)), None)
 
 # %% ../../nbs/prototypes/00_index.ipynb #b118ea5561624da68c537baed56e602f
-class Expressed(NamedTuple):
-    "One swapped MoE layer: the probe of its HF block and the expression that holds it."
+class MoELayer(NamedTuple):
+    "One MoE layer of an HF model, found and probed once: where it is, its HF block, its probe and its expression."
 
+    index: int  # in the decoder's layers
+    layer: nn.Module  # the decoder layer
+    attr: str  # the layer's attribute that holds the MoE (`LAYER_LEVEL` for a layer-level MoE)
+    block: nn.Module  # the HF MoE block (the layer itself, for a layer-level MoE)
     probe: MoEProbe
-    expression: Expression
+    expression: Expression | None  # None where no expression holds the block (`probe.issues` say why)
+
+
+def moe_layers(model: nn.Module, config) -> list[MoELayer]:
+    "Every MoE layer of `model` in order, each probed against `config` and given the expression that holds it."
+    out = []
+    for index, layer in enumerate(decoder_layers(model)):
+        if (attr := moe_attr_name(layer)) is not None:
+            block = moe_block(layer)
+            probe = probe_moe_block(block, config)
+            out.append(MoELayer(index, layer, attr, block, probe, expression_of(block, probe)))
+    return out
 
 # %% ../../nbs/prototypes/00_index.ipynb #938c804e27f84196a10c8828c723f798
-def swap_titan_moe(model: nn.Module, config) -> dict[int, Expressed]:
+def swap_titan_moe(model: nn.Module, config) -> dict[int, MoELayer]:
     "Replace each MoE block of `model` with the Titan module expressing it, carrying the same weights; by layer index."
     swapped = {}
-    for i, layer in enumerate(decoder_layers(model)):
-        attr = moe_attr_name(layer)
-        if attr is None:
-            continue
-        hf_module = moe_block(layer)
-        probe = probe_moe_block(hf_module, config)
-        expression = expression_of(hf_module, probe)
-        if expression is None:
-            raise NotImplementedError("; ".join(probe.issues))
-        expression.swap(layer, attr, expression.build(hf_module, probe), probe)  # assigned: it keeps the HF dtype
-        swapped[i] = Expressed(probe, expression)
+    for moe in moe_layers(model, config):
+        if moe.expression is None:
+            raise NotImplementedError("; ".join(moe.probe.issues))
+        titan = moe.expression.build(moe.block, moe.probe)
+        moe.expression.swap(moe.layer, moe.attr, titan, moe.probe)  # assigned: it keeps the HF dtype
+        swapped[moe.index] = moe
     return swapped

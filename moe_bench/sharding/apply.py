@@ -37,7 +37,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..cpu_compat import sum_reductions_for_gloo
 from ..hf import decoder_layers, embeddings
-from ..prototypes import Expressed
+from ..prototypes import MoELayer
 from .plan import Plan, PlanError, Spec, _has_own_state
 from .rules import decoder_extras
 from .styles import parallel_style
@@ -285,7 +285,7 @@ def apply_model_parallel(
     plan: Plan,
     resolved: dict[str, Spec],
     parallel_dims,
-    swapped: dict[int, Expressed],  # what `swap_titan_moe` returned: each MoE layer's probe and expression
+    swapped: dict[int, MoELayer],  # what `swap_titan_moe` returned: each MoE layer's record: probe and expression
 ) -> dict:
     "Apply TP/SP (torch ParallelStyles) and torchtitan's MoE sharding (TP and/or EP) to `model`; a summary of what was applied."
     tp_mesh, ep, tp = parallel_dims.get_optional_mesh("tp"), parallel_dims.ep_enabled, parallel_dims.tp_enabled

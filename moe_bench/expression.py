@@ -29,8 +29,8 @@ from moe_bench.replacement import (
 )
 
 # %% auto #0
-__all__ = ['CORE', 'GPT_OSS', 'Expression', 'no_layout_yet', 'block_prototype', 'with_router_change', 'hf_clamped_swiglu',
-           'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'gpt_oss_applies']
+__all__ = ['CORE', 'GPT_OSS', 'Expression', 'no_layout_yet', 'block_expression', 'block_prototype', 'with_router_change',
+           'hf_clamped_swiglu', 'clamped_swiglu_mlp', 'InputDtypeGptOssExperts', 'gpt_oss_applies']
 
 # %% ../nbs/00f_expression.ipynb #8edb47106e1a46a883d545849b8ab81b
 @dataclass(frozen=True, kw_only=True)
@@ -99,35 +99,34 @@ def no_layout_yet(why: str) -> Callable[[object], None]:
     return sharding
 
 
-def block_prototype(**fields) -> Expression:
-    "A prototype that replaces the HF block as a whole, with the core's tensor rules unless `fields` say otherwise."
+def block_expression(**fields) -> Expression:
+    "An expression that replaces the HF block as a whole, with the core's tensor rules unless `fields` say otherwise."
     return Expression(
         **dict(
-            kind="prototype",
             scope="block",
             hf_state=lambda block, probe: block.state_dict(),
             export=lambda titan, block, probe: export_titan_moe(titan, probe),
             swap=_swap_block,
             hf_output=lambda layer, attr, probe: getattr(layer, attr),
             titan_output=lambda layer, attr, probe: getattr(layer, attr),
-            config=lambda probe: titan_moe_config(probe, check=False),
         )
         | fields
     )
 
 
-CORE = Expression(
+def block_prototype(**fields) -> Expression:
+    "A prototype that replaces the HF block as a whole (`block_expression`), its config unchecked by the core's rules."
+    return block_expression(
+        **dict(kind="prototype", config=lambda probe: titan_moe_config(probe, check=False)) | fields
+    )
+
+
+CORE = block_expression(
     name="core",
     kind="core",
     core_changes=(),
-    scope="block",
     applies=lambda module, probe: not probe.issues,
     build=build_titan_moe,
-    hf_state=lambda block, probe: block.state_dict(),
-    export=lambda titan, block, probe: export_titan_moe(titan, probe),
-    swap=_swap_block,
-    hf_output=lambda layer, attr, probe: getattr(layer, attr),
-    titan_output=lambda layer, attr, probe: getattr(layer, attr),
     config=titan_moe_config,
 )
 
@@ -242,18 +241,12 @@ def _build_gpt_oss(block: nn.Module, probe: MoEProbe, gate_float32: bool = True,
     return titan
 
 
-GPT_OSS = Expression(
+GPT_OSS = block_expression(
     name="gpt_oss",
     kind="torchtitan model-specific",
     core_changes=(),
-    scope="block",
     applies=gpt_oss_applies,
     build=_build_gpt_oss,
-    hf_state=lambda block, probe: block.state_dict(),
-    export=lambda titan, block, probe: export_titan_moe(titan, probe),
-    swap=_swap_block,
-    hf_output=lambda layer, attr, probe: getattr(layer, attr),
-    titan_output=lambda layer, attr, probe: getattr(layer, attr),
     config=gpt_oss_moe_config,
     expert_param_layout=dict(_GPT_OSS_EXPERTS_PARAM_LAYOUT),
     adaptation=(

@@ -14,13 +14,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torchtitan.models.common import moe as titan_moe
-from torchtitan.models.common.moe import GroupedExperts, TokenChoiceTopKRouter
+from torchtitan.models.common.moe import GroupedExperts, MoE, TokenChoiceTopKRouter
 
 from ..moe_probe import MoEProbe, titan_blockers
 
 # %% auto #0
 __all__ = ['NORM_FORMS', 'grouped_gated_mlp', 'per_expert_mm', 'plain_silu', 'experts_gating', 'mlp_gating', 'norm_form_of',
-           'Router']
+           'Router', 'route']
 
 # %% ../../nbs/prototypes/01_common.ipynb #8edb47106e1a46a883d545849b8ab81b
 def grouped_gated_mlp(
@@ -202,6 +202,21 @@ class Router(TokenChoiceTopKRouter):
         if self._debug_force_load_balance:  # upstream's debug override: balanced round-robin routing
             topk_expert_ids_BLK = self._debug_force_load_balance_routing(scores_BLE)[0]
         return self._weights(scores_BLE, topk_expert_ids_BLK), topk_expert_ids_BLK, scores_BLE
+
+# %% ../../nbs/prototypes/01_common.ipynb #6e695f18
+def route(
+    moe: MoE,
+    router_in_BLD: torch.Tensor,  # what the router reads (the block's input, or a state computed from it)
+    count: bool = True,  # add the tokens per expert to `tokens_per_expert_E` in training, as torchtitan's `MoE` does
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    "torchtitan's `MoE.forward` up to its experts: (topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)."
+    topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = moe.router(router_in_BLD, moe.expert_bias_E)
+    routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
+    num_local_tokens_per_expert_E = routing_map_BLE.sum(dim=(0, 1))
+    if count and moe.training:
+        with torch.no_grad():
+            moe.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
+    return topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E
 
 # %% ../../nbs/prototypes/01_common.ipynb #8309879909854d7188b41380fd92a7c3
 def _local(t: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from torchtitan.protocols.sharding import SpmdLayout, resolve_placements
 from ..adapter import TITAN_EXPERTS, TensorRule, _apply, block_rules, rename
 from ..expression import block_prototype
 from ..moe_probe import MoEProbe, titan_blockers
-from .common import NORM_FORMS, Router, _scalar, norm_form_of
+from .common import NORM_FORMS, Router, _scalar, norm_form_of, route
 from ..replacement import load_titan_state_, titan_moe_config
 
 # %% auto #0
@@ -235,12 +235,7 @@ class ExpertProjectionsMoE(MoE):
         return NORM_FORMS[self.norm_form](p_BLP, self.in_norm_P, self.norm_eps)
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
-        topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = self.router(x_BLD, self.expert_bias_E)
-        routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
-        num_local_tokens_per_expert_E = routing_map_BLE.sum(dim=(0, 1))
-        if self.training:
-            with torch.no_grad():
-                self.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
+        topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E = route(self, x_BLD)
         h_BLP = self.input_norm(F.linear(x_BLD, self.in_proj_PD))
         if isinstance(h_BLP, DTensor):  # TP splits the projection's columns: the experts take the rows as they expect
             want = self.routed_experts._sharding_config.in_src_shardings["x_BLD"]

@@ -20,7 +20,7 @@ from torchtitan.protocols.sharding import ShardingConfig
 from ..adapter import TensorRule, _apply, block_rules, rename
 from ..expression import Expression
 from ..moe_probe import MoEProbe
-from .common import grouped_gated_mlp
+from .common import grouped_gated_mlp, route
 from ..replacement import load_titan_state_, titan_moe_config
 
 # %% auto #0
@@ -76,12 +76,7 @@ class LayerMoE(MoE):
         return self
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
-        topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = self.router(x_BLD, self.expert_bias_E)
-        routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
-        num_local_tokens_per_expert_E = routing_map_BLE.sum(dim=(0, 1))
-        if self.training:
-            with torch.no_grad():
-                self.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
+        topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E = route(self, x_BLD)
         h_BLD = _rms_norm(x_BLD, self.input_norm_D, self.norm_eps)
         out_BLD = self.routed_experts(h_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
         return _rms_norm(out_BLD, self.output_norm_D, self.norm_eps)

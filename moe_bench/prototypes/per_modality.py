@@ -23,7 +23,7 @@ from ..adapter import hf_block_to_titan, titan_block_to_hf
 from ..expression import block_prototype
 from ..hf import nested_moe_blocks
 from ..moe_probe import MoEProbe, probe_experts, probe_shared_experts, resolve_returns, titan_blockers
-from .common import _local, _shared_mlp, mlp_gating, plain_silu
+from .common import _local, _shared_mlp, mlp_gating, plain_silu, route
 from ..replacement import load_titan_state_, titan_moe_config
 
 # %% auto #0
@@ -40,13 +40,7 @@ PER_MODALITY_CORE_CHANGE = (
 
 def routed_output(moe: MoE, x_BLD: torch.Tensor) -> torch.Tensor:
     "torchtitan's `MoE.forward` without the shared expert: the routed experts' combined output."
-    topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = moe.router(x_BLD, moe.expert_bias_E)
-    routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
-    num_local_tokens_per_expert_E = routing_map_BLE.sum(dim=(0, 1))
-    if moe.training:
-        with torch.no_grad():
-            moe.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
-    return moe.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
+    return moe.routed_experts(x_BLD, *route(moe, x_BLD))
 
 
 def _check_even_modality_shares(x_BLD: DTensor, other_BL: torch.Tensor) -> None:

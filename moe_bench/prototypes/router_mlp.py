@@ -19,7 +19,7 @@ from torchtitan.models.common.moe import MoE, TokenChoiceTopKRouter
 from ..adapter import hf_block_to_titan
 from ..expression import block_prototype
 from ..moe_probe import MoEProbe, titan_blockers
-from .common import NORM_FORMS, norm_form_of
+from .common import NORM_FORMS, norm_form_of, route
 from ..replacement import load_titan_state_, titan_moe_config
 
 # %% auto #0
@@ -114,9 +114,7 @@ class RouterStateMoE(MoE):
     def routed(self, x_BLD: torch.Tensor, carried_BLR: torch.Tensor | None = None):
         "(output, router state for the next MoE layer)."
         state_BLR = self.state(x_BLD, carried_BLR)
-        topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = self.router(state_BLR, self.expert_bias_E)
-        routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
-        out_BLD = self.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, routing_map_BLE.sum(dim=(0, 1)))
+        out_BLD = self.routed_experts(x_BLD, *route(self, state_BLR, count=False))
         return out_BLD, state_BLR
 
     def forward(self, x_BLD: torch.Tensor, carried_BLR: torch.Tensor | None = None) -> torch.Tensor:

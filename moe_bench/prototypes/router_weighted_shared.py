@@ -22,7 +22,7 @@ from torchtitan.protocols.sharding import LocalMapConfig, ShardingConfig
 from ..adapter import hf_block_to_titan
 from ..expression import block_prototype
 from ..moe_probe import MoEProbe, titan_blockers, unclaimed_tensors
-from .common import _local
+from .common import _local, route
 from ..replacement import load_titan_state_, titan_moe_config
 
 # %% auto #0
@@ -144,10 +144,9 @@ class RouterWeightedSharedMoE(MoE):
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
         # the module call (what hooks and the gap analysis's patches see), then `weights` for the shared experts' part
-        topk_scores_BLK, topk_expert_ids_BLK, scores_BLE = self.router(x_BLD, self.expert_bias_E)
+        topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E = route(self, x_BLD, count=False)
         shared_weights_BLS = self.router.weights(x_BLD, self.expert_bias_E)[3]
-        routing_map_BLE = torch.zeros_like(scores_BLE, dtype=torch.bool).scatter_(-1, topk_expert_ids_BLK, True)
-        out_BLD = self.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, routing_map_BLE.sum(dim=(0, 1)))
+        out_BLD = self.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
         return out_BLD + self.shared_experts(x_BLD, shared_weights_BLS)
 
 # %% ../../nbs/prototypes/12_router_weighted_shared.ipynb #b118ea5561624da68c537baed56e602f

@@ -154,7 +154,7 @@ class ContiguousMoE(MoE):
 
     def forward(self, x_BLD: torch.Tensor, **layer_kwargs):
         # what else the HF layer passes its block goes unused: a block that reads more has its own drop-in
-        # (deepseek_v4's hash-routed layers take `input_ids`: `HashRoutedBlock`, 00f_expression)
+        # (deepseek_v4's hash-routed layers take `input_ids`: `HashRoutedBlock`, prototypes/17_hash_routing)
         out_BLD = super().forward(x_BLD.contiguous())
         return (out_BLD, None) if self.returns_tuple else out_BLD
 

@@ -293,8 +293,8 @@ def apply_model_parallel(
     if tp:
         summary["styles"] = _apply_styles(model, plan, resolved, tp_mesh, modules)
     moe_names = {n: m for n, m in modules.items() if isinstance(m, MoE) and _outermost_moe(n, modules)}
-    for (mname, moe), (probe, expression) in zip(moe_names.items(), swapped.values(), strict=True):
-        cfg = moe_sharding_config(moe, probe, expression, ep, tp)
+    for (mname, moe), moe_layer in zip(moe_names.items(), swapped.values(), strict=True):
+        cfg = moe_sharding_config(moe, moe_layer.probe, moe_layer.expression, ep, tp)
         _titan_parts(mname, moe, cfg, resolved, tp)
         if ep:
             _ep_dispatchers(moe)

@@ -9,7 +9,7 @@ import fnmatch
 
 from torch import nn
 
-from .plan import BOUNDARY_KINDS, STATE_KINDS, Plan, PlanError, S, Spec
+from .plan import BOUNDARY_KINDS, STATE_KINDS, Plan, PlanError, Spec
 
 # %% auto #0
 __all__ = ['HF_KIND_AGREES', 'check_plan']

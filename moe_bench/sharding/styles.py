@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 from torchtitan.distributed.tensor_parallel import NoParallel
 
-from .plan import PlanError, S, Spec
+from .plan import PlanError, Spec
 
 # %% auto #0
 __all__ = ['STYLES', 'REPLICATED_WHY', 'GatherHiddenStates', 'EmbeddingParallel', 'RowwiseReplicated', 'PartialSumRegion',

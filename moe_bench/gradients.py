@@ -70,12 +70,12 @@ def judge_tensors(
 
 # %% ../nbs/00k_gradients.ipynb #7edb8774
 STEPS = 3  # optimizer steps after the first backward
-OPTIMIZER = dict(lr=8e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)  # torchtitan's default AdamW settings
+OPTIMIZER = dict(lr=0.1)  # phase 4's: a step visible above float32's rounding of the weights
 
 
-def optimizer_for(params) -> torch.optim.AdamW:
-    "torchtitan's default optimizer (AdamW, its default settings), one tensor at a time (no foreach)."
-    return torch.optim.AdamW(list(params), **OPTIMIZER, foreach=False)
+def optimizer_for(params) -> torch.optim.SGD:
+    "Plain SGD (linear in the gradient, see above), one tensor at a time (no foreach)."
+    return torch.optim.SGD(list(params), **OPTIMIZER, foreach=False)
 
 
 def displacement(after: dict, before: dict) -> dict:
@@ -268,8 +268,12 @@ def mutation_checks(moe: MoELayer, data: TrainingInput, hf: SideRun, ref: SideRu
         if MUTATION_SITES[name](probe_module) is None:
             out.append(dict(name=name, applies=False))
             continue
-        j = judge_tensors(titan_side(moe, data, torch.float32, 0, name).grads[0], hf.grads[0], ref.grads[0], torch.float32)
-        out.append(dict(name=name, applies=True, caught=j["status"] == "FAIL", worst=j["worst"], failed=j["failed"][:8]))
+        j = judge_tensors(
+            titan_side(moe, data, torch.float32, 0, name).grads[0], hf.grads[0], ref.grads[0], torch.float32
+        )
+        out.append(
+            dict(name=name, applies=True, caught=j["status"] == "FAIL", worst=j["worst"], failed=j["failed"][:8])
+        )
     return out
 
 # %% ../nbs/00k_gradients.ipynb #558aa978

@@ -61,7 +61,7 @@ def training_phase(model: str, seed: int = 0) -> dict:
         expression=expression.name,
         expression_kind=expression.kind,
         judged=f"MoE layer {expression.judged_moe_layer} (decoder layer {judged.index})",
-        optimizer=dict(name="AdamW", steps=STEPS, **OPTIMIZER),
+        optimizer=dict(name="SGD", steps=STEPS, **OPTIMIZER),
         mutations_swept=list(GRADIENT_MUTATIONS),
         load_balancing=LOAD_BALANCING,
         check_s=round(time.perf_counter() - start, 1),

@@ -155,7 +155,9 @@ def router_calls(model: nn.Module, definition: AuxLoss = HF_BATCH_POOLED):
         for cls, index in definition.extra_routers:
             if type(module).__name__ == cls:
                 hooks.append(
-                    module.register_forward_hook(lambda m, a, out, i=index: calls.append(RouterCall(out[i], None, None)))
+                    module.register_forward_hook(
+                        lambda m, a, out, i=index: calls.append(RouterCall(out[i], None, None))
+                    )
                 )
     try:
         yield calls
@@ -238,10 +240,13 @@ def titan_grads_in_hf_keys(model: nn.Module, swapped: dict, grads: dict[str, tor
         with torch.no_grad():
             for n, p in as_grads.named_parameters():
                 p.data = grads.get(prefix + n, torch.zeros_like(p))
-            for b in as_grads.buffers():  # not learned: no gradient
-                b.zero_() if b.is_floating_point() else None
+            for b in as_grads.buffers():
+                if b.is_floating_point():  # not learned: no gradient
+                    b.zero_()
         hf_names = {n for n, _ in moe.block.named_parameters()}
-        out |= {prefix + k: v for k, v in moe.expression.export(as_grads, moe.block, moe.probe).items() if k in hf_names}
+        out |= {
+            prefix + k: v for k, v in moe.expression.export(as_grads, moe.block, moe.probe).items() if k in hf_names
+        }
     return out | {n: g for n, g in grads.items() if not n.startswith(tuple(prefixes))}
 
 # %% ../nbs/00l_aux_loss.ipynb #f224a78a
@@ -284,9 +289,12 @@ def control_applies(name: str, calls: list[RouterCall], top_k: int) -> bool:
     differs = {
         "token_choices": lambda: top_k > 1,
         "per_layer": lambda: len(calls) > 1,
-        "router_scores": lambda: any(not torch.allclose(c.scores_TE.float(), s) for c, s in zip(own, softmax, strict=True)),
+        "router_scores": lambda: any(
+            not torch.allclose(c.scores_TE.float(), s) for c, s in zip(own, softmax, strict=True)
+        ),
         "router_choice": lambda: any(
-            not torch.equal(c.ids_TK.sort(-1)[0], torch.topk(s, top_k, -1)[1].sort(-1)[0]) for c, s in zip(own, softmax, strict=True)
+            not torch.equal(c.ids_TK.sort(-1)[0], torch.topk(s, top_k, -1)[1].sort(-1)[0])
+            for c, s in zip(own, softmax, strict=True)
         ),
     }
     return differs.get(name, lambda: True)()
@@ -342,12 +350,24 @@ def aux_loss_check(model: str, seed: int = 0) -> dict:
         controls[-1] |= {k: r[k] for k in ("ratio_value", "ratio_grad_worst")} if r else {}
     missed = [c["name"] for c in controls if c["applies"] and not c["caught"]]
     return phase_record(
-        model, "aux_loss", "PASS" if prototype["status"] == "PASS" and not missed else "FAIL", **base,
-        core_change=AUX_LOSS_CORE_CHANGE, coef_field=row.coef_field, coef=config_field(config, row.coef_field),
-        hf_value=v32.item(), hf_value_float64=v64.item(), hf_source=source, router_calls=len(calls),
-        num_experts=router.num_experts, top_k=router.top_k, prototype=prototype,
+        model,
+        "aux_loss",
+        "PASS" if prototype["status"] == "PASS" and not missed else "FAIL",
+        **base,
+        core_change=AUX_LOSS_CORE_CHANGE,
+        coef_field=row.coef_field,
+        coef=config_field(config, row.coef_field),
+        hf_value=v32.item(),
+        hf_value_float64=v64.item(),
+        hf_source=source,
+        router_calls=len(calls),
+        num_experts=router.num_experts,
+        top_k=router.top_k,
+        prototype=prototype,
         without_prototype={k: without[k] for k in ("status", "ratio_value", "ratio_grad_worst", "num_tensors")},
-        controls=controls, controls_missed=missed, hf_relative=HF_RELATIVE,
+        controls=controls,
+        controls_missed=missed,
+        hf_relative=HF_RELATIVE,
         reference="HF's model in float64, eager experts (its function sums the probabilities in float32 as written)",
         wall_s=time.perf_counter() - start,
     )

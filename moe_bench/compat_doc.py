@@ -338,10 +338,13 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
         "float32 against HF float64 and bfloat16 against HF float32, in units of HF's own error (bound 4, per tensor),",
         "then the weights' move and the gradients after each of 3 SGD steps (float32). Four gradient mutations (score",
         "detached, shared-expert gradient dropped, learned bias frozen, loss normaliser wrong) must each FAIL where they",
-        "apply. torchtitan's loss-free balancing (`expert_bias_E`) has no HF counterpart and is not run here.",
+        "apply. torchtitan's loss-free balancing (`expert_bias_E`) has no HF counterpart and is not run here. `aux loss`",
+        "is HF's auxiliary load-balancing loss, which torchtitan 0.3.0 does not have: the parity (value and every",
+        "gradient, against HF float64 in units of HF float32's own error) of the prototype `router_aux_loss` that",
+        "computes HF's definition from torchtitan's router, or `none in HF`.",
         "",
-        "| model | expressed by | status | passes with | worst ratio f32 (tensor) | worst ratio bf16 | steps | mutations caught |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | expressed by | status | passes with | worst ratio f32 (tensor) | worst ratio bf16 | steps | mutations caught | aux loss |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m, t in rows.items():
         g = t.get("gradients") or {}
@@ -350,14 +353,32 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
         lines.append(
             f"| {m} | {_expressed_by(t)} | {t['status']} | {t.get('status_with_prototype') or '-'} | "
             f"{_fmt(f32.get('ratio'), '.3f')} ({f32.get('key', '-')}) | {_fmt(bf16.get('ratio'), '.3f')} | {steps} | "
-            f"{t.get('mutations_caught', '-')} |"
+            f"{t.get('mutations_caught', '-')} | {_aux_cell(t)} |"
         )
+    definitions = {
+        d["hf"]: sorted(m for m, t in rows.items() if d in t.get("differences") or [])
+        for t in rows.values()
+        for d in t.get("differences") or []
+    }
+    if definitions:
+        lines += ["", "HF's auxiliary losses, as measured (torchtitan 0.3.0: " + _torchtitan_aux(rows) + "):", ""]
+        lines += [f"- {text}: {', '.join(ms)}" for text, ms in definitions.items()]
     failed = [(m, t) for m, t in rows.items() if t["status"] not in ("PASS", "WARN", "BLOCKED", "NO_MOE")]
     failed += [(m, t) for m, t in rows.items() if t.get("status_prototype") not in (None, "PASS")]
     if failed:
         lines += ["", "Where training differs:", ""]
         lines += [f"- {m}: {_training_reason(t)}" for m, t in failed]
     return lines
+
+
+def _aux_cell(t: dict) -> str:
+    "The aux-loss column: the prototype's parity where HF defines one, `none in HF` where it does not."
+    d = (t.get("differences") or [None])[0]
+    return f"{d['prototype']} {d['parity']}" if d else ("none in HF" if t.get("aux_loss") else "-")
+
+
+def _torchtitan_aux(rows: dict) -> str:
+    return next((t["aux_loss"]["torchtitan"] for t in rows.values() if t.get("aux_loss")), "not recorded")
 
 
 def _training_reason(t: dict) -> str:

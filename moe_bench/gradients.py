@@ -90,7 +90,10 @@ def displacement(after: dict, before: dict) -> dict:
 def storage_rounding(weights: dict) -> dict:
     "Per tensor, the L2 norm of half a unit in the last place of each weight: what storing a step's result in the"
     " weights' dtype may move it by. HF's own error in a weight's move is never judged finer than this."
-    return {k: ((torch.nextafter(w, torch.full_like(w, math.inf)) - w).double() / 2).norm().item() for k, w in weights.items()}
+    return {
+        k: ((torch.nextafter(w, torch.full_like(w, math.inf)) - w).double() / 2).norm().item()
+        for k, w in weights.items()
+    }
 
 
 def moe_loss(out: torch.Tensor, target: torch.Tensor, normaliser: int) -> torch.Tensor:

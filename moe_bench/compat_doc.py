@@ -368,6 +368,8 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
     if failed:
         lines += ["", "Where training differs:", ""]
         lines += [f"- {m}: {_training_reason(t)}" for m, t in failed]
+    if other := [(m, t["mode"]) for m, t in rows.items() if t.get("mode", "train") != "train"]:
+        lines += ["", "Compared in eval mode:", ""] + [f"- {m}: {mode}" for m, mode in other]
     return lines
 
 
@@ -390,6 +392,8 @@ def _training_reason(t: dict) -> str:
         if s["status"] != "PASS"
     ][:1]
     words += [f"mutation not caught: {m['name']}" for m in t.get("mutations") or [] if m["applies"] and not m["caught"]]
+    if (x := t.get("explained_by")) and x["status"] == "PASS":
+        words.append(f"PASS with the gap analysis's alignment patches on Titan ({', '.join(x['patches']['float32'])})")
     return "; ".join(words) or t.get("reason") or t.get("error", "")
 
 

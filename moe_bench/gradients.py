@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import NamedTuple
 
 import torch
@@ -74,7 +74,7 @@ def judge_tensors(
 
 # %% ../nbs/00k_gradients.ipynb #7edb8774
 STEPS = 3  # optimizer steps after the first backward
-OPTIMIZER = dict(lr=0.1)  # phase 4's: a step visible above float32's rounding of the weights
+OPTIMIZER = dict(lr=1e-3)  # small enough that 3 steps stay near the start (clamps, near-ties)
 
 
 def optimizer_for(params) -> torch.optim.SGD:
@@ -149,6 +149,7 @@ class TrainingInput(NamedTuple):
     target: torch.Tensor  # seeded unit normal, the shape of the MoE output (float64)
     num_tokens: int
     num_sequences: int
+    train: bool = True  # both sides in training mode (False: eval, where a side cannot train on the other's draws)
 
 
 class SideRun(NamedTuple):
@@ -164,7 +165,9 @@ def _grad_or_zero(p: nn.Parameter) -> torch.Tensor:
 
 
 def _train(layer, output, learned: list, read: Callable, data: TrainingInput, dtype, steps: int, normaliser, context):
-    "`steps` optimizer steps of `layer` on `data`, the loss read at `output`; `read(grads: bool)` gives HF's keys."
+    "`steps` optimizer steps of `layer` on `data` (in the mode `data.train` says), the loss read at `output`;"
+    " `read(grads: bool)` gives HF's keys."
+    layer.train(data.train)
     opt, seen, run = optimizer_for(learned), {}, SideRun([], [], [])
     hook = output.register_forward_hook(lambda m, a, o: seen.__setitem__("out", hidden_of(o)))
     try:
@@ -194,7 +197,7 @@ def hf_parameters(layer: nn.Module, moe: MoELayer) -> dict:
 
 def hf_side(moe: MoELayer, data: TrainingInput, dtype: torch.dtype, steps: int = STEPS) -> SideRun:
     "HF's MoE layer, a copy in `dtype`, trained: its router gate as in every run, its eager experts loop in float64."
-    hf = cast_copy(moe.layer, dtype).train()
+    hf = cast_copy(moe.layer, dtype)
     if dtype == torch.float64:
         eager_experts(hf)
     params = hf_parameters(hf, moe)
@@ -204,36 +207,43 @@ def hf_side(moe: MoELayer, data: TrainingInput, dtype: torch.dtype, steps: int =
     return _train(hf, output, list(params.values()), read, data, dtype, steps, data.num_tokens, context)
 
 
-def titan_in_hf_keys(module: nn.Module, moe: MoELayer, block: nn.Module, value: Callable) -> dict:
-    "`value(parameter)` of each Titan parameter (its gradient, or itself) in HF's keys, through the expression's export."
+def titan_in_hf_keys(module: nn.Module, moe: MoELayer, block: nn.Module, grads: bool) -> dict:
+    "Each Titan parameter's gradient (`grads`), or the parameter itself, in HF's keys through the expression's export."
     twin = copy.deepcopy(module)
     with torch.no_grad():
         for p, q in zip(module.parameters(), twin.parameters(), strict=True):
-            q.data = value(p).detach().clone()
-        for b in twin.buffers():
+            q.data = (_grad_or_zero(p) if grads else p).detach().clone()
+        for b in twin.buffers() if grads else ():
             if b.is_floating_point():
-                b.fill_(math.nan)  # an HF key a buffer fills is not learned by Titan: NaN, so it fails
+                b.zero_()  # a tensor Titan holds as a buffer learns nothing: where HF learns it, it fails
     return moe.expression.export(twin, block, moe.probe)
 
 
 def titan_side(
-    moe: MoELayer, data: TrainingInput, dtype: torch.dtype, steps: int = STEPS, mutation: str | None = None
+    moe: MoELayer,
+    data: TrainingInput,
+    dtype: torch.dtype,
+    steps: int = STEPS,
+    mutation: str | None = None,
+    patched: Callable[[nn.Module], AbstractContextManager] | None = None,  # e.g. the gap analysis's alignment patches
 ) -> SideRun:
     "The expression's Titan module, built from a copy of HF's layer in `dtype` and swapped into it, trained alike."
-    hf = cast_copy(moe.layer, dtype).train()
+    hf = cast_copy(moe.layer, dtype)
     block = moe_block(hf)
-    module = moe.expression.build(block, moe.probe).train()  # its own contiguous copies, as training holds them
+    module = moe.expression.build(block, moe.probe)  # its own contiguous copies, as training holds them
     layer = layer_with(hf, moe.attr, moe.expression, module, moe.probe)
-    read = lambda grads: titan_in_hf_keys(module, moe, block, _grad_or_zero if grads else lambda p: p)  # noqa: E731
+    read = lambda grads: titan_in_hf_keys(module, moe, block, grads)  # noqa: E731
     context = ExitStack()
     context.enter_context(experts_in_input_dtype())  # torchtitan's grouped experts in the input dtype (CPU)
     context.enter_context(mutated(module, mutation))
+    if patched is not None:
+        context.enter_context(patched(module))
     normaliser = data.num_sequences if mutation == "loss normaliser wrong" else data.num_tokens
     output = moe.expression.titan_output(layer, moe.attr, moe.probe)
     return _train(layer, output, list(module.parameters()), read, data, dtype, steps, normaliser, context)
 
 # %% ../nbs/00k_gradients.ipynb #fe52b694
-def training_input(model: nn.Module, moe: MoELayer, seed: int = 0) -> TrainingInput:
+def training_input(model: nn.Module, moe: MoELayer, seed: int = 0, train: bool = True) -> TrainingInput:
     "The MoE layer's input in HF's float32 run of the model on the seeded ids, and a seeded unit-normal target."
     called, seen = {}, {}
     hooks = [
@@ -253,7 +263,7 @@ def training_input(model: nn.Module, moe: MoELayer, seed: int = 0) -> TrainingIn
         for h in hooks:
             h.remove()
     target = torch.randn(seen["out"].shape, generator=torch.Generator().manual_seed(seed + 2), dtype=torch.float64)
-    return TrainingInput(called, target, ids.numel(), ids.shape[0])
+    return TrainingInput(called, target, ids.numel(), ids.shape[0], train)
 
 # %% ../nbs/00k_gradients.ipynb #661e1995
 def _brief(j: dict) -> dict:
@@ -291,12 +301,19 @@ def mutation_checks(moe: MoELayer, data: TrainingInput, hf: SideRun, ref: SideRu
     return out
 
 # %% ../nbs/00k_gradients.ipynb #558aa978
-def training_check(model: nn.Module, moe: MoELayer, seed: int = 0) -> dict:
+def training_check(
+    model: nn.Module,
+    moe: MoELayer,
+    seed: int = 0,
+    train: bool = True,  # both sides in training mode (False: eval mode)
+    patched: Callable[[nn.Module], AbstractContextManager] | None = None,  # on Titan's module (alignment patches)
+) -> dict:
     "HF's backward and optimizer steps against the expression's Titan module's, in HF's keys: figures and verdicts."
-    data = training_input(model, moe, seed)
+    data = training_input(model, moe, seed, train)
     hf64, hf32 = (hf_side(moe, data, dtype) for dtype in (torch.float64, torch.float32))
     hf16 = hf_side(moe, data, torch.bfloat16, 0)  # bfloat16: the first gradients only
-    t32, t16 = titan_side(moe, data, torch.float32), titan_side(moe, data, torch.bfloat16, 0)
+    t32 = titan_side(moe, data, torch.float32, patched=patched)
+    t16 = titan_side(moe, data, torch.bfloat16, 0, patched=patched)
     gradients = dict(
         float32=judge_tensors(t32.grads[0], hf32.grads[0], hf64.grads[0], torch.float32),
         bfloat16=judge_tensors(t16.grads[0], hf16.grads[0], hf32.grads[0], torch.bfloat16),

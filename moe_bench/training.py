@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import time
 
+import torch
+
+from .alignment import PATCHES, all_patches
 from .aux_loss import aux_loss_check
 from .compare import check_ids, meta_moe_block
 from .core import phase_record, randomize_
@@ -16,7 +19,7 @@ from .prototypes import expression_of, moe_layers
 from .synth import synthetic_config
 
 # %% auto #0
-__all__ = ['WIDTHS', 'LOAD_BALANCING', 'training_model', 'differences', 'training_phase']
+__all__ = ['WIDTHS', 'LOAD_BALANCING', 'training_model', 'differences', 'aligned_check', 'training_phase']
 
 # %% ../nbs/08_training.ipynb #22bbc09c
 WIDTHS = "tiny widths (the coverage config): training's copies of a production-width block do not fit"
@@ -61,6 +64,23 @@ def differences(aux: dict) -> list[dict]:
     ]
 
 
+def aligned_check(lm, judged, seed: int, train: bool) -> dict:
+    "The same check with the gap analysis's alignment patches on Titan's module: what a FAIL is explained by."
+    patches = {
+        str(dt).removeprefix("torch."): [p.name for p in PATCHES if p.applies(judged.probe, dt)]
+        for dt in (torch.float32, torch.bfloat16)
+    }
+    aligned = training_check(
+        lm, judged, seed, train, patched=lambda m: all_patches(m, judged.probe, next(m.parameters()).dtype)
+    )
+    return dict(
+        status=aligned["status"],
+        patches=patches,
+        gradients={dt: {k: g[k] for k in ("status", "worst", "failed")} for dt, g in aligned["gradients"].items()},
+        steps=[s["status"] for s in aligned["steps"]],
+    )
+
+
 def training_phase(model: str, seed: int = 0) -> dict:
     "The training-parity record of `model`: HF's backward and optimizer steps against Titan's on the judged MoE layer."
     try:
@@ -72,12 +92,18 @@ def training_phase(model: str, seed: int = 0) -> dict:
         return phase_record(model, "training", "BLOCKED", **base, issues=probe.issues, expression=None)
     expression = judged.expression
     start = time.perf_counter()
-    check = training_check(lm, judged, seed)
+    try:
+        check, mode = training_check(lm, judged, seed), "train"
+    except NotImplementedError as e:  # a training forward that cannot take HF's random draws: compared in eval mode
+        check, mode = training_check(lm, judged, seed, train=False), f"eval: in training mode {e}"
+    if check["status"] == "FAIL" and expression.in_torchtitan:
+        base["explained_by"] = aligned_check(lm, judged, seed, mode == "train")
     aux = aux_loss_check(model, seed)
     base |= dict(
         expression=expression.name,
         expression_kind=expression.kind,
         judged=f"MoE layer {expression.judged_moe_layer} (decoder layer {judged.index})",
+        mode=mode,
         optimizer=dict(name="SGD", steps=STEPS, **OPTIMIZER),
         mutations_swept=list(GRADIENT_MUTATIONS),
         load_balancing=LOAD_BALANCING,

@@ -21,7 +21,7 @@ __all__ = ['PHASE_FILES', 'IN_SCOPE', 'PHASE_COLUMNS', 'INDEX_STYLE', 'INDEX_SCR
            'reason_of', 'verdicts', 'not_pass_reason', 'compat_doc', 'unexplained', 'index_html', 'write_docs']
 
 # %% ../nbs/05_compat_doc.ipynb #2eb15785
-PHASE_FILES = ("probe", "config", "equivalence", "gap_analysis", "pretrained", "native", "parallelism")
+PHASE_FILES = ("probe", "config", "equivalence", "gap_analysis", "training", "pretrained", "native", "parallelism")
 
 
 def load_records(root: str | os.PathLike = "") -> dict[str, dict[str, dict]]:
@@ -324,6 +324,75 @@ def _mutation_section(records: dict[str, dict[str, dict]]) -> list[str]:
     return lines
 
 
+def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
+    "The training-parity table (phase 3t): HF's backward and optimizer steps against Titan's, per type."
+    rows = {m: r["training"] for m, r in records.items() if "training" in r}
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Training parity (phase 3t)",
+        "",
+        "The judged MoE layer of the tiny-width model, trained by HF and by the Titan module that expresses it, on the",
+        "same input and loss: every gradient of the MoE's learned tensors in HF's keys (through the expression's export),",
+        "float32 against HF float64 and bfloat16 against HF float32, in units of HF's own error (bound 4, per tensor),",
+        "then the weights' move and the gradients after each of 3 SGD steps (float32). Four gradient mutations (score",
+        "detached, shared-expert gradient dropped, learned bias frozen, loss normaliser wrong) must each FAIL where they",
+        "apply. torchtitan's loss-free balancing (`expert_bias_E`) has no HF counterpart and is not run here. `aux loss`",
+        "is HF's auxiliary load-balancing loss, which torchtitan 0.3.0 does not have: the parity (value and every",
+        "gradient, against HF float64 in units of HF float32's own error) of the prototype `router_aux_loss` that",
+        "computes HF's definition from torchtitan's router, or `none in HF`.",
+        "",
+        "| model | expressed by | status | passes with | worst ratio f32 (tensor) | worst ratio bf16 | steps | mutations caught | aux loss |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m, t in rows.items():
+        g = t.get("gradients") or {}
+        f32, bf16 = (g.get(dt, {}).get("worst") or {} for dt in ("float32", "bfloat16"))
+        steps = "/".join(s["status"] for s in t.get("steps") or []) or "-"
+        lines.append(
+            f"| {m} | {_expressed_by(t)} | {t['status']} | {t.get('status_with_prototype') or '-'} | "
+            f"{_fmt(f32.get('ratio'), '.3f')} ({f32.get('key', '-')}) | {_fmt(bf16.get('ratio'), '.3f')} | {steps} | "
+            f"{t.get('mutations_caught', '-')} | {_aux_cell(t)} |"
+        )
+    definitions = {
+        d["hf"]: sorted(m for m, t in rows.items() if d in t.get("differences") or [])
+        for t in rows.values()
+        for d in t.get("differences") or []
+    }
+    if definitions:
+        lines += ["", "HF's auxiliary losses, as measured (torchtitan 0.3.0: " + _torchtitan_aux(rows) + "):", ""]
+        lines += [f"- {text}: {', '.join(ms)}" for text, ms in definitions.items()]
+    failed = [(m, t) for m, t in rows.items() if t["status"] not in ("PASS", "WARN", "BLOCKED", "NO_MOE")]
+    failed += [(m, t) for m, t in rows.items() if t.get("status_prototype") not in (None, "PASS")]
+    if failed:
+        lines += ["", "Where training differs:", ""]
+        lines += [f"- {m}: {_training_reason(t)}" for m, t in failed]
+    return lines
+
+
+def _aux_cell(t: dict) -> str:
+    "The aux-loss column: the prototype's parity where HF defines one, `none in HF` where it does not."
+    d = (t.get("differences") or [None])[0]
+    return f"{d['prototype']} {d['parity']}" if d else ("none in HF" if t.get("aux_loss") else "-")
+
+
+def _torchtitan_aux(rows: dict) -> str:
+    return next((t["aux_loss"]["torchtitan"] for t in rows.values() if t.get("aux_loss")), "not recorded")
+
+
+def _training_reason(t: dict) -> str:
+    "What a training record that did not pass names: the failed tensors per dtype and step, the mutations missed."
+    words = [f"{dt}: {', '.join(g['failed'])}" for dt, g in (t.get("gradients") or {}).items() if g.get("failed")]
+    words += [
+        f"step {s['step']}: {', '.join(s['weights']['failed'] or s['gradients']['failed'])}"
+        for s in t.get("steps") or []
+        if s["status"] != "PASS"
+    ][:1]
+    words += [f"mutation not caught: {m['name']}" for m in t.get("mutations") or [] if m["applies"] and not m["caught"]]
+    return "; ".join(words) or t.get("reason") or t.get("error", "")
+
+
 def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     "The text of MODEL_COMPATIBILITY.md."
     compared = {m: r for m, r in records.items() if {"probe", "equivalence"} & set(r)}  # phase 4 alone: its table only
@@ -358,6 +427,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
         lines += ["", "Why a model failed or crashed:", ""] + [f"- {m}: {why}" for m, why in reasons]
     lines += _coverage_section(records)
     lines += _mutation_section(records)
+    lines += _training_section(records)
     lines += _pretrained_section(records)
     lines += _native_section(records)
     lines += ["", "## Architectural Differences per Model", ""]
@@ -507,6 +577,7 @@ PHASE_COLUMNS = (  # the index's columns: a record's phase, and its heading
     ("config", "config"),
     ("equivalence", "equivalence"),
     ("gap_analysis", "gap"),
+    ("training", "training (3t)"),
     ("pretrained", "pretrained (3b)"),
     ("parallelism", "parallelism"),
     ("native", "native"),

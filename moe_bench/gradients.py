@@ -31,12 +31,15 @@ from .prototypes import MoELayer
 
 # %% auto #0
 __all__ = ['STEPS', 'OPTIMIZER', 'MUTATION_SITES', 'GRADIENT_MUTATIONS', 'judge_tensors', 'optimizer_for', 'displacement',
-           'moe_loss', 'learned_bias', 'mutated', 'TrainingInput', 'SideRun', 'hf_parameters', 'hf_side',
-           'titan_in_hf_keys', 'titan_side', 'training_input', 'step_checks', 'mutation_checks', 'training_check']
+           'storage_rounding', 'moe_loss', 'learned_bias', 'mutated', 'TrainingInput', 'SideRun', 'hf_parameters',
+           'hf_side', 'titan_in_hf_keys', 'titan_side', 'training_input', 'step_checks', 'mutation_checks',
+           'training_check']
 
 # %% ../nbs/00k_gradients.ipynb #ff36f7e5
-def _judge_one(out: torch.Tensor | None, hf: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> dict:
-    "One tensor: Titan's relative error to `ref` in units of HF's own, and its status."
+def _judge_one(
+    out: torch.Tensor | None, hf: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, floor: float = 0.0
+) -> dict:
+    "One tensor: Titan's relative error to `ref` in units of HF's own (at least `floor`, absolute), and its status."
     if out is None:
         return dict(status="FAIL", ratio=math.inf, note="no gradient on the Titan side")
     if out.shape != ref.shape:
@@ -44,7 +47,7 @@ def _judge_one(out: torch.Tensor | None, hf: torch.Tensor, ref: torch.Tensor, dt
     if not bool(ref.any()):  # nothing reached it in HF's run: Titan's must be exactly zero too
         exact = not bool(out.any())
         return dict(status="PASS" if exact else "FAIL", ratio=0.0 if exact else math.inf, note="zero in HF's run")
-    err, hf_err = rel_l2(out, ref), rel_l2(hf, ref)
+    err, hf_err = rel_l2(out, ref), max(rel_l2(hf, ref), floor / ref.double().norm().item())
     ratio = in_hf_units(err, hf_err, dtype)  # a NaN anywhere makes it NaN, and `strict` fails a NaN
     return dict(status=strict(ratio, 1.0), ratio=ratio, rel_err=err, hf_rel_err=hf_err)
 
@@ -54,9 +57,10 @@ def judge_tensors(
     hf: dict,  # HF's in the same dtype
     ref: dict,  # HF's one precision up: what both are judged against
     dtype: torch.dtype,
+    floor: dict | None = None,  # per key, the least absolute error HF's own can have (its weights' storage rounding)
 ) -> dict:
     "The strict verdict's rule on every tensor of `ref`: status, the worst tensor and its ratio, the failed ones, each row."
-    rows = {k: _judge_one(out.get(k), hf[k], ref[k], dtype) for k in ref}
+    rows = {k: _judge_one(out.get(k), hf[k], ref[k], dtype, (floor or {}).get(k, 0.0)) for k in ref}
     failed = sorted(k for k, r in rows.items() if r["status"] != "PASS")
     badness = lambda k: math.inf if math.isnan(rows[k]["ratio"]) else rows[k]["ratio"]  # noqa: E731
     worst = max(rows, key=badness) if rows else None
@@ -70,17 +74,26 @@ def judge_tensors(
 
 # %% ../nbs/00k_gradients.ipynb #7edb8774
 STEPS = 3  # optimizer steps after the first backward
-OPTIMIZER = dict(lr=8e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)  # torchtitan's default AdamW settings
+OPTIMIZER = dict(lr=0.1)  # phase 4's: a step visible above float32's rounding of the weights
 
 
-def optimizer_for(params) -> torch.optim.AdamW:
-    "torchtitan's default optimizer (AdamW, its default settings), one tensor at a time (no foreach)."
-    return torch.optim.AdamW(list(params), **OPTIMIZER, foreach=False)
+def optimizer_for(params) -> torch.optim.SGD:
+    "Plain SGD (linear in the gradient, see above), one tensor at a time (no foreach)."
+    return torch.optim.SGD(list(params), **OPTIMIZER, foreach=False)
 
 
 def displacement(after: dict, before: dict) -> dict:
     "Each tensor's move from where it started, in float64: what the weights after a step are judged on."
     return {k: after[k].double() - before[k].double() for k in before}
+
+
+def storage_rounding(weights: dict) -> dict:
+    "Per tensor, the L2 norm of half a unit in the last place of each weight: what storing a step's result in the"
+    " weights' dtype may move it by. HF's own error in a weight's move is never judged finer than this."
+    return {
+        k: ((torch.nextafter(w, torch.full_like(w, math.inf)) - w).double() / 2).norm().item()
+        for k, w in weights.items()
+    }
 
 
 def moe_loss(out: torch.Tensor, target: torch.Tensor, normaliser: int) -> torch.Tensor:
@@ -251,7 +264,8 @@ def step_checks(titan: SideRun, hf: SideRun, ref: SideRun) -> list[dict]:
     "Each optimizer step: the weights' move from the start and that step's gradients, judged in float32."
     out = []
     for s in range(1, len(titan.weights)):
-        w = judge_tensors(*(displacement(r.weights[s], r.weights[0]) for r in (titan, hf, ref)), torch.float32)
+        moves = (displacement(r.weights[s], r.weights[0]) for r in (titan, hf, ref))
+        w = judge_tensors(*moves, torch.float32, floor=storage_rounding(hf.weights[s]))
         g = judge_tensors(titan.grads[s], hf.grads[s], ref.grads[s], torch.float32)
         out.append(
             dict(step=s, status=worst_status(w["status"], g["status"]), weights=_brief(w), gradients=_brief(g))
@@ -268,8 +282,12 @@ def mutation_checks(moe: MoELayer, data: TrainingInput, hf: SideRun, ref: SideRu
         if MUTATION_SITES[name](probe_module) is None:
             out.append(dict(name=name, applies=False))
             continue
-        j = judge_tensors(titan_side(moe, data, torch.float32, 0, name).grads[0], hf.grads[0], ref.grads[0], torch.float32)
-        out.append(dict(name=name, applies=True, caught=j["status"] == "FAIL", worst=j["worst"], failed=j["failed"][:8]))
+        j = judge_tensors(
+            titan_side(moe, data, torch.float32, 0, name).grads[0], hf.grads[0], ref.grads[0], torch.float32
+        )
+        out.append(
+            dict(name=name, applies=True, caught=j["status"] == "FAIL", worst=j["worst"], failed=j["failed"][:8])
+        )
     return out
 
 # %% ../nbs/00k_gradients.ipynb #558aa978

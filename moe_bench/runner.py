@@ -44,6 +44,7 @@ from .pretrained import pretrained_phase
 from .probe import probe_model
 from .report_pages import render_html
 from .trained import TRAINED
+from .training import training_phase
 
 # %% auto #0
 __all__ = ['NBS_DIR', 'PHASES', 'PARTS', 'ORDER', 'TCP_NOTICE', 'KERNEL_ARGS', 'PhasePart', 'phase_notebook', 'parse_phases',
@@ -79,6 +80,15 @@ def _native_figures(rec: dict) -> str:
     )
 
 
+def _training_figures(rec: dict) -> str:
+    g = rec["gradients"]
+    return (
+        f"gradients: worst ratio float32 {fig(g['float32']['worst']['ratio'], '.2f')}, bfloat16 "
+        f"{fig(g['bfloat16']['worst']['ratio'], '.2f')}; steps {'/'.join(s['status'] for s in rec['steps'])}; "
+        f"mutations caught {rec['mutations_caught']}"
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class PhasePart:
     "One record a phase writes: its notebook, how the batch runs it in this process, and what its summary line shows."
@@ -107,6 +117,15 @@ PHASES: dict[str, tuple[PhasePart, ...]] = {  # in the order they run
             in_process=lambda m: gap_analysis_phase(m)[0],
             figures_need="tables",
             figures=_gap_figures,
+        ),
+    ),
+    "3t": (  # training parity: HF's backward and optimizer steps against Titan's
+        PhasePart(
+            name="training",
+            notebook="08_training.ipynb",
+            in_process=training_phase,
+            figures_need="gradients",
+            figures=_training_figures,
         ),
     ),
     "3b": (  # in process: the built-in trained checkpoint, where there is one
@@ -147,7 +166,7 @@ def phase_notebook(phase: str, part: int = 0) -> Path:
 
 
 def parse_phases(spec: str) -> list[str]:
-    "Phases from `1,2,3b` or a range in running order, `1-3` (1, 2, 3) or `1-4` (1, 2, 3, 3b, 4)."
+    "Phases from `1,2,3b` or a range in running order, `1-3` (1, 2, 3) or `1-4` (1, 2, 3, 3t, 3b, 4)."
     out = []
     for part in spec.split(","):
         lo, _, hi = part.strip().partition("-")
@@ -341,7 +360,7 @@ def _parallelism(models: list[str], out_dir: str, progress: bool) -> dict[str, d
 
 
 def run_all(
-    out_dir: str = "", models: list[str] | None = None, progress: bool = True, phases: list[str] = ("1", "2", "3")
+    out_dir: str = "", models: list[str] | None = None, progress: bool = True, phases: list[str] = ("1", "2", "3", "3t")
 ) -> dict[str, list[dict]]:
     "The chosen phases for every discovered MoE model (or `models`); records by model."
     models = list(models or moe_model_candidates())
@@ -407,14 +426,14 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--all",
         action="store_true",
-        help="every MoE model type found in transformers (phases 1-3 in one process; "
+        help="every MoE model type found in transformers (phases 1-3t in one process; "
         "with --phases 4, phase 4 batched into torchrun launches)",
     )
     run.add_argument(
         "--phases",
         default=None,
-        help="phases to run: 1,2,3b or 1-3, or native (torchtitan's own model; never in a range) "
-        "(default 1-4, which includes 3b; with --all 1-3; with --checkpoint 3b)",
+        help="phases to run: 1,2,3b or 1-3, or native (torchtitan's own model; never in a range); 3t is training "
+        "parity (default 1-4, which includes 3t and 3b; with --all 1-3t; with --checkpoint 3b)",
     )
     run.add_argument(
         "--checkpoint",
@@ -431,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.all:
         try:
-            phases = parse_phases(args.phases or "1-3")
+            phases = parse_phases(args.phases or "1-3t")
         except ValueError as e:
             return _refused(e)
         results = run_all(args.out, progress=not args.no_progress, phases=phases)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from .aux_loss import aux_loss_check
 from .compare import check_ids, meta_moe_block
 from .core import phase_record, randomize_
 from .gradients import GRADIENT_MUTATIONS, OPTIMIZER, STEPS, training_check
@@ -15,7 +16,7 @@ from .prototypes import expression_of, moe_layers
 from .synth import synthetic_config
 
 # %% auto #0
-__all__ = ['WIDTHS', 'LOAD_BALANCING', 'training_model', 'training_phase']
+__all__ = ['WIDTHS', 'LOAD_BALANCING', 'training_model', 'differences', 'training_phase']
 
 # %% ../nbs/08_training.ipynb #22bbc09c
 WIDTHS = "tiny widths (the coverage config): training's copies of a production-width block do not fit"
@@ -45,6 +46,21 @@ def training_model(model: str, seed: int = 0):
     return syn, overrides, lm, judged, probe
 
 # %% ../nbs/08_training.ipynb #7b0b5cda
+def differences(aux: dict) -> list[dict]:
+    "What HF trains beside the MoE that torchtitan does not: its auxiliary loss where it defines one, with the prototype's parity."
+    if aux["status"] not in ("PASS", "FAIL"):
+        return []
+    return [
+        dict(
+            name="auxiliary load-balancing loss",
+            hf=aux["definition"]["text"],
+            torchtitan=aux["torchtitan"],
+            prototype=aux["core_change"].split(":")[0],
+            parity=aux["status"],
+        )
+    ]
+
+
 def training_phase(model: str, seed: int = 0) -> dict:
     "The training-parity record of `model`: HF's backward and optimizer steps against Titan's on the judged MoE layer."
     try:
@@ -57,13 +73,16 @@ def training_phase(model: str, seed: int = 0) -> dict:
     expression = judged.expression
     start = time.perf_counter()
     check = training_check(lm, judged, seed)
+    aux = aux_loss_check(model, seed)
     base |= dict(
         expression=expression.name,
         expression_kind=expression.kind,
         judged=f"MoE layer {expression.judged_moe_layer} (decoder layer {judged.index})",
-        optimizer=dict(name="AdamW", steps=STEPS, **OPTIMIZER),
+        optimizer=dict(name="SGD", steps=STEPS, **OPTIMIZER),
         mutations_swept=list(GRADIENT_MUTATIONS),
         load_balancing=LOAD_BALANCING,
+        differences=differences(aux),
+        aux_loss={k: v for k, v in aux.items() if k not in ("model", "phase", "time_utc", "versions")},
         check_s=round(time.perf_counter() - start, 1),
     )
     status = check.pop("status")

@@ -25,7 +25,7 @@ def test_moe_bench_run_qwen3_moe(reports_tmp):
     pre = _record(reports_tmp, "qwen3_moe", "pretrained")
     assert proc.returncode == (0 if pre["status"] in ("PASS", "WARN") else 1), proc.stdout + proc.stderr
     assert runner.TCP_NOTICE not in proc.stderr  # the kernel's loopback notice is filtered, once per notebook before
-    for phase in ("probe", "config", "equivalence", "gap_analysis"):
+    for phase in ("probe", "config", "equivalence", "gap_analysis", "training"):
         rec = _record(reports_tmp, "qwen3_moe", phase)
         assert rec["status"] == "PASS", (phase, rec.get("error"))
         assert {"model", "phase", "status", "versions", "time_utc"} <= set(rec)
@@ -38,6 +38,9 @@ def test_moe_bench_run_qwen3_moe(reports_tmp):
     assert (eq["roundtrip"]["max_diff"], eq["roundtrip"]["missing"], eq["roundtrip"]["unexpected"]) == (0.0, [], [])
     assert eq["negative_control"]["caught"]
     assert eq["config"]["full"]["hidden_size"] == 2048
+    training = _record(reports_tmp, "qwen3_moe", "training")  # phase 3t: every gradient and step, mutations caught
+    assert all(g["status"] == "PASS" for g in training["gradients"].values()) and len(training["steps"]) == 3
+    assert all(m["caught"] for m in training["mutations"] if m["applies"]) and training["differences"]
     gap = _record(reports_tmp, "qwen3_moe", "gap_analysis")
     assert all(t[-1]["max_diff"] == 0.0 for t in gap["tables"].values()) and gap["torchtitan_sha256"]["unchanged"]
     html = (reports_tmp / "qwen3_moe" / "gap_analysis.html").read_text()

@@ -149,7 +149,7 @@ class PostNormGroupedExperts(GroupedExperts):
 
     def extend(self, weight_D: torch.Tensor, form: str, eps: float) -> PostNormGroupedExperts:
         "The norm's weight as the experts' own tensor `post_norm_D` (D: the experts' width), its form and eps."
-        self.post_norm_D = nn.Parameter(weight_D, requires_grad=weight_D.requires_grad)
+        self.post_norm_D = nn.Parameter(weight_D)
         self.norm_form, self.norm_eps = form, eps
         return self
 
@@ -217,9 +217,9 @@ class ExpertProjectionsMoE(MoE):
         self, in_proj_PD: torch.Tensor, in_norm_P: torch.Tensor, out_proj_DP: torch.Tensor, form: str, eps: float
     ):
         "The projections and the input norm's weight as the module's own tensors, the norm's form and eps."
-        self.in_proj_PD = nn.Parameter(in_proj_PD, requires_grad=in_proj_PD.requires_grad)
-        self.in_norm_P = nn.Parameter(in_norm_P, requires_grad=in_norm_P.requires_grad)
-        self.out_proj_DP = nn.Parameter(out_proj_DP, requires_grad=out_proj_DP.requires_grad)
+        self.in_proj_PD = nn.Parameter(in_proj_PD)
+        self.in_norm_P = nn.Parameter(in_norm_P)
+        self.out_proj_DP = nn.Parameter(out_proj_DP)
         self.norm_form, self.norm_eps = form, eps
         return self
 

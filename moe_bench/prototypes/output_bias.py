@@ -92,7 +92,7 @@ def _build_output_bias(block: nn.Module, probe: MoEProbe, gate_float32: bool = T
     )
     bias = getattr(block, attr).detach()
     titan.__class__ = OutputBiasMoE
-    titan.output_bias = nn.Parameter(bias if share else bias.clone(), requires_grad=bias.requires_grad)
+    titan.output_bias = nn.Parameter(bias if share else bias.clone())
     return titan
 
 

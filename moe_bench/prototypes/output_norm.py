@@ -32,7 +32,7 @@ class OutputNormMoE(MoE):
 
     def extend(self, weight_D: torch.Tensor, form: str, eps: float) -> OutputNormMoE:
         "The norm's weight as the module's own tensor `output_norm_D` (as `LayerMoE` holds its norms), its form, eps."
-        self.output_norm_D = nn.Parameter(weight_D, requires_grad=weight_D.requires_grad)
+        self.output_norm_D = nn.Parameter(weight_D)
         self.norm_form, self.norm_eps = form, eps
         return self
 

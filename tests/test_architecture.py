@@ -36,6 +36,7 @@ FLOORS = [
     {"native.mapping"},  # the table NATIVE, one row per family
     {"native.compare"},
     {"native.controls"},
+    {"native.training"},  # training parity of the native model against HF
     {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism", "native.phase"},  # the phases
     {"native"},  # the native package's index, which re-exports its modules' names (the runner imports the phase here)
     {"report_pages"},  # the HTML pages of every record, for the index and the runner

@@ -12,7 +12,7 @@ __all__ = ['COMMON_FIELDS', 'MOE_FIELDS', 'EXPERTS', 'MLA_NORM_EPS', 'NATIVE', '
            'share_equal_head_', 'compare_native', 'worst_ratios', 'not_finite', 'first_divergence', 'native_verdict',
            'interleave', 'deinterleave', 'permute_qk', 'swap_experts', 'swap_gate_up', 'zero_expert_bias',
            'reshape_not_transpose', 'sinks_off', 'Control', 'run_control', 'random_checkpoint', 'random_controls',
-           'failure_reason', 'native_phase']
+           'failure_reason', 'native_phase', 'native_training']
 
 # %% ../../nbs/native/00_index.ipynb #a7f73170
 from .deepseek_v3 import MLA_NORM_EPS
@@ -77,6 +77,7 @@ from moe_bench.native.load import (
     titan_in,
 )
 from .phase import CPU_ADAPTATIONS, NATIVE_MEMORY_PER_PARAMETER, failure_reason, native_phase
+from .training import native_training
 
 # %% ../../nbs/native/00_index.ipynb #96c51ea7
 _all_ = [  # the names moe_bench.native has offered since it was one module
@@ -87,5 +88,5 @@ _all_ = [  # the names moe_bench.native has offered since it was one module
     strip, titan_in, gate_float32_, ratio_figures, stage_outputs, from_hf, share_equal_head_, compare_native,
     worst_ratios, not_finite, first_divergence, native_verdict, interleave, deinterleave, permute_qk, swap_experts,
     swap_gate_up, zero_expert_bias, reshape_not_transpose, sinks_off, Control, run_control, random_checkpoint,
-    random_controls, failure_reason, native_phase,
+    random_controls, failure_reason, native_phase, native_training,
 ]  # fmt: skip

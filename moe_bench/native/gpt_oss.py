@@ -135,6 +135,22 @@ class GptOssUnquantizedAdapter(GptOssStateDictAdapter):
             state[f"layers.{layer}.{EXPERTS}.{titan}"] = t.transpose(1, 2) if transposed else t
         return state
 
+    def to_hf(self, state_dict: dict) -> dict:
+        experts = {k: t for k, t in state_dict.items() if f".{EXPERTS}." in k}
+        rest = {k: t for k, t in state_dict.items() if k not in experts}
+        to_hf_map = {v: k for k, v in self.from_hf_map.items()}
+        on_disk = {titan: (name, transposed) for name, (titan, transposed) in self.EXPERTS.items()}
+        unknown = sorted(k for k in rest if re.sub(r"\.\d+\.", ".{}.", k, count=1) not in to_hf_map)
+        unknown += sorted(k for k in experts if k.rsplit(".", 1)[-1] not in on_disk)
+        if unknown:
+            raise NativeLoadError(f"Titan keys the gpt-oss adapter does not map back: {unknown[:8]}")
+        hf_state = super().to_hf(rest)
+        for key, t in experts.items():
+            layer = re.search(r"layers\.(\d+)\.", key).group(1)
+            name, transposed = on_disk[key.rsplit(".", 1)[-1]]
+            hf_state[f"model.layers.{layer}.mlp.experts.{name}"] = t.transpose(1, 2) if transposed else t
+        return hf_state
+
 # %% ../../nbs/native/04_gpt_oss.ipynb #fee1e1a3
 def gpt_oss_input_dtype_experts_(layer: nn.Module) -> nn.Module:
     "A loaded gpt-oss layer's experts compute in the input dtype (upstream returns bfloat16 into a float32 model)."

@@ -368,6 +368,25 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
     if failed:
         lines += ["", "Where training differs:", ""]
         lines += [f"- {m}: {_training_reason(t)}" for m, t in failed]
+    native = {m: t["native"] for m, t in rows.items() if t.get("native")}
+    if native:
+        lines += [
+            "",
+            "torchtitan's native models trained against HF's whole model on the built-in checkpoint (every learned tensor",
+            "in HF's keys through the family's state-dict adapter, the same rule, steps and mutations):",
+            "",
+            "| model | status | worst ratio f32 (tensor) | worst ratio bf16 (tensor) | steps | mutations caught | tensors |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for m, n in native.items():
+            g = n.get("gradients") or {}
+            f32, bf16 = (g.get(dt, {}).get("worst") or {} for dt in ("float32", "bfloat16"))
+            lines.append(
+                f"| {m} | {n['status']} | {_fmt(f32.get('ratio'), '.2f')} ({f32.get('key', '-')}) | "
+                f"{_fmt(bf16.get('ratio'), '.2f')} ({bf16.get('key', '-')}) | "
+                f"{'/'.join(s['status'] for s in n.get('steps') or []) or '-'} | {n.get('mutations_caught', '-')} | "
+                f"{(n.get('counts') or {}).get('tensors', '-')} |"
+            )
     if other := [(m, t["mode"]) for m, t in rows.items() if t.get("mode", "train") != "train"]:
         lines += ["", "Compared in eval mode:", ""] + [f"- {m}: {mode}" for m, mode in other]
     return lines

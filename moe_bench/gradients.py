@@ -32,14 +32,15 @@ from .prototypes import MoELayer
 # %% auto #0
 __all__ = ['STEPS', 'OPTIMIZER', 'MUTATION_SITES', 'GRADIENT_MUTATIONS', 'judge_tensors', 'optimizer_for', 'displacement',
            'storage_rounding', 'moe_loss', 'learned_bias', 'mutated', 'TrainingInput', 'SideRun', 'hf_parameters',
-           'hf_side', 'titan_in_hf_keys', 'titan_side', 'training_input', 'step_checks', 'mutation_checks',
-           'training_check']
+           'hf_side', 'titan_in_hf_keys', 'titan_side', 'training_input', 'sequences_swapped', 'step_checks',
+           'mutation_checks', 'training_check']
 
 # %% ../nbs/00k_gradients.ipynb #ff36f7e5
 def _judge_one(
-    out: torch.Tensor | None, hf: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, floor: float = 0.0
+    out: torch.Tensor | None, hfs: list[torch.Tensor], ref: torch.Tensor, dtype: torch.dtype, floor: float = 0.0
 ) -> dict:
-    "One tensor: Titan's relative error to `ref` in units of HF's own (at least `floor`, absolute), and its status."
+    "One tensor: Titan's relative error to `ref` in units of HF's own (its largest over HF's runs `hfs`, at least"
+    " `floor`, absolute), and its status."
     if out is None:
         return dict(status="FAIL", ratio=math.inf, note="no gradient on the Titan side")
     if out.shape != ref.shape:
@@ -47,20 +48,22 @@ def _judge_one(
     if not bool(ref.any()):  # nothing reached it in HF's run: Titan's must be exactly zero too
         exact = not bool(out.any())
         return dict(status="PASS" if exact else "FAIL", ratio=0.0 if exact else math.inf, note="zero in HF's run")
-    err, hf_err = rel_l2(out, ref), max(rel_l2(hf, ref), floor / ref.double().norm().item())
+    err = rel_l2(out, ref)
+    hf_err = max(*(rel_l2(hf, ref) for hf in hfs), floor / ref.double().norm().item())
     ratio = in_hf_units(err, hf_err, dtype)  # a NaN anywhere makes it NaN, and `strict` fails a NaN
     return dict(status=strict(ratio, 1.0), ratio=ratio, rel_err=err, hf_rel_err=hf_err)
 
 
 def judge_tensors(
     out: dict,  # Titan's tensors in HF's keys (None: no gradient)
-    hf: dict,  # HF's in the same dtype
+    hf: dict | list[dict],  # HF's in the same dtype: one run, or several differently associated
     ref: dict,  # HF's one precision up: what both are judged against
     dtype: torch.dtype,
     floor: dict | None = None,  # per key, the least absolute error HF's own can have (its weights' storage rounding)
 ) -> dict:
     "The strict verdict's rule on every tensor of `ref`: status, the worst tensor and its ratio, the failed ones, each row."
-    rows = {k: _judge_one(out.get(k), hf[k], ref[k], dtype, (floor or {}).get(k, 0.0)) for k in ref}
+    hfs = hf if isinstance(hf, list) else [hf]
+    rows = {k: _judge_one(out.get(k), [h[k] for h in hfs], ref[k], dtype, (floor or {}).get(k, 0.0)) for k in ref}
     failed = sorted(k for k, r in rows.items() if r["status"] != "PASS")
     badness = lambda k: math.inf if math.isnan(rows[k]["ratio"]) else rows[k]["ratio"]  # noqa: E731
     worst = max(rows, key=badness) if rows else None
@@ -265,18 +268,36 @@ def training_input(model: nn.Module, moe: MoELayer, seed: int = 0, train: bool =
     target = torch.randn(seen["out"].shape, generator=torch.Generator().manual_seed(seed + 2), dtype=torch.float64)
     return TrainingInput(called, target, ids.numel(), ids.shape[0], train)
 
+# %% ../nbs/00k_gradients.ipynb #8b8cb939
+def _batch_flipped(value, batch: int):
+    "`value` with every tensor whose first dim is the batch reversed along it (tuples, lists and dicts walked)."
+    if isinstance(value, torch.Tensor):
+        return value.flip(0) if value.dim() and value.shape[0] == batch else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_batch_flipped(v, batch) for v in value)
+    if isinstance(value, dict):
+        return {k: _batch_flipped(v, batch) for k, v in value.items()}
+    return value
+
+
+def sequences_swapped(data: TrainingInput) -> TrainingInput:
+    "The same input with its sequences in the reverse order, the target alike (rows of it are batch-major)."
+    called = {k: _batch_flipped(v, data.num_sequences) for k, v in data.called.items()}
+    target = data.target.reshape(data.num_sequences, -1).flip(0).reshape(data.target.shape)
+    return data._replace(called=called, target=target)
+
 # %% ../nbs/00k_gradients.ipynb #661e1995
 def _brief(j: dict) -> dict:
     return {k: j[k] for k in ("status", "worst", "failed")}
 
 
-def step_checks(titan: SideRun, hf: SideRun, ref: SideRun) -> list[dict]:
+def step_checks(titan: SideRun, hf: SideRun | list[SideRun], ref: SideRun) -> list[dict]:
     "Each optimizer step: the weights' move from the start and that step's gradients, judged in float32."
-    out = []
+    hfs, out = hf if isinstance(hf, list) else [hf], []
     for s in range(1, len(titan.weights)):
-        moves = (displacement(r.weights[s], r.weights[0]) for r in (titan, hf, ref))
-        w = judge_tensors(*moves, torch.float32, floor=storage_rounding(hf.weights[s]))
-        g = judge_tensors(titan.grads[s], hf.grads[s], ref.grads[s], torch.float32)
+        moves = [displacement(r.weights[s], r.weights[0]) for r in (titan, *hfs, ref)]
+        w = judge_tensors(moves[0], moves[1:-1], moves[-1], torch.float32, storage_rounding(hfs[0].weights[s]))
+        g = judge_tensors(titan.grads[s], [h.grads[s] for h in hfs], ref.grads[s], torch.float32)
         out.append(
             dict(step=s, status=worst_status(w["status"], g["status"]), weights=_brief(w), gradients=_brief(g))
             | dict(loss=titan.losses[s], loss_hf_float64=ref.losses[s])
@@ -284,7 +305,7 @@ def step_checks(titan: SideRun, hf: SideRun, ref: SideRun) -> list[dict]:
     return out
 
 
-def mutation_checks(moe: MoELayer, data: TrainingInput, hf: SideRun, ref: SideRun) -> list[dict]:
+def mutation_checks(moe: MoELayer, data: TrainingInput, hf: list[SideRun], ref: SideRun) -> list[dict]:
     "Each gradient mutation on the Titan side, its first float32 gradients judged: it must FAIL (`caught`)."
     probe_module = moe.expression.build(moe.block, moe.probe, share=True)
     out = []
@@ -292,9 +313,8 @@ def mutation_checks(moe: MoELayer, data: TrainingInput, hf: SideRun, ref: SideRu
         if MUTATION_SITES[name](probe_module) is None:
             out.append(dict(name=name, applies=False))
             continue
-        j = judge_tensors(
-            titan_side(moe, data, torch.float32, 0, name).grads[0], hf.grads[0], ref.grads[0], torch.float32
-        )
+        run = titan_side(moe, data, torch.float32, 0, name)
+        j = judge_tensors(run.grads[0], [h.grads[0] for h in hf], ref.grads[0], torch.float32)
         out.append(
             dict(name=name, applies=True, caught=j["status"] == "FAIL", worst=j["worst"], failed=j["failed"][:8])
         )
@@ -310,13 +330,14 @@ def training_check(
 ) -> dict:
     "HF's backward and optimizer steps against the expression's Titan module's, in HF's keys: figures and verdicts."
     data = training_input(model, moe, seed, train)
-    hf64, hf32 = (hf_side(moe, data, dtype) for dtype in (torch.float64, torch.float32))
-    hf16 = hf_side(moe, data, torch.bfloat16, 0)  # bfloat16: the first gradients only
+    hf64 = hf_side(moe, data, torch.float64)
+    hf32 = [hf_side(moe, d, torch.float32) for d in (data, sequences_swapped(data))]  # HF's own rounding, twice
+    hf16 = [hf_side(moe, d, torch.bfloat16, 0) for d in (data, sequences_swapped(data))]  # the first gradients only
     t32 = titan_side(moe, data, torch.float32, patched=patched)
     t16 = titan_side(moe, data, torch.bfloat16, 0, patched=patched)
     gradients = dict(
-        float32=judge_tensors(t32.grads[0], hf32.grads[0], hf64.grads[0], torch.float32),
-        bfloat16=judge_tensors(t16.grads[0], hf16.grads[0], hf32.grads[0], torch.bfloat16),
+        float32=judge_tensors(t32.grads[0], [h.grads[0] for h in hf32], hf64.grads[0], torch.float32),
+        bfloat16=judge_tensors(t16.grads[0], [h.grads[0] for h in hf16], hf32[0].grads[0], torch.bfloat16),
     )
     steps, mutations = step_checks(t32, hf32, hf64), mutation_checks(moe, data, hf32, hf64)
     caught = all(m["caught"] for m in mutations if m["applies"])
@@ -326,7 +347,7 @@ def training_check(
         else "FAIL",
         gradients={k: _brief(g) | dict(rows=g["rows"]) for k, g in gradients.items()},
         steps=steps,
-        loss=dict(titan_float32=t32.losses[0], hf_float32=hf32.losses[0], hf_float64=hf64.losses[0]),
+        loss=dict(titan_float32=t32.losses[0], hf_float32=hf32[0].losses[0], hf_float64=hf64.losses[0]),
         mutations=mutations,
         mutations_caught=f"{sum(m.get('caught', False) for m in mutations)}/{sum(m['applies'] for m in mutations)}",
         tensors_compared=len(hf64.grads[0]),

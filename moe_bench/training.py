@@ -15,6 +15,8 @@ from .compare import check_ids, meta_moe_block
 from .core import phase_record, randomize_
 from .gradients import GRADIENT_MUTATIONS, OPTIMIZER, STEPS, training_check
 from .hf import NoMoEError, build_model
+from .native.mapping import NATIVE
+from .native.training import native_training
 from .prototypes import expression_of, moe_layers
 from .synth import synthetic_config
 
@@ -99,6 +101,8 @@ def training_phase(model: str, seed: int = 0) -> dict:
     if check["status"] == "FAIL" and expression.in_torchtitan:
         base["explained_by"] = aligned_check(lm, judged, seed, mode == "train")
     aux = aux_loss_check(model, seed)
+    if model in NATIVE:  # torchtitan's own model of the family, on its built-in checkpoint
+        base["native"] = native_training(model, seed=seed)
     base |= dict(
         expression=expression.name,
         expression_kind=expression.kind,

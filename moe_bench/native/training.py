@@ -370,13 +370,16 @@ def native_training(
         return dict(status="UNSUPPORTED", reason=str(e))
     ids_BL = training_ids(ckpt, seed)
     mask = attention_masks(cfg, ids_BL.shape[1])
-    hf64, hf32, hf16 = hf_side(hf, ids_BL, FLOAT64), hf_side(hf, ids_BL, FLOAT32), hf_side(hf, ids_BL, BFLOAT16, 0)
+    swapped_BL = ids_BL.flip(0)  # HF's own rounding twice: the same sums with the sequences in the other order
+    hf64 = hf_side(hf, ids_BL, FLOAT64)
+    hf32 = [hf_side(hf, ids_BL, FLOAT32), hf_side(hf, swapped_BL, FLOAT32)]
+    hf16 = [hf_side(hf, ids_BL, BFLOAT16, 0), hf_side(hf, swapped_BL, BFLOAT16, 0)]
     t32, t16 = titan_side(titan, adapter, mask, ids_BL, FLOAT32), titan_side(titan, adapter, mask, ids_BL, BFLOAT16, 0)
     gradients = dict(
-        float32=judge_tensors(t32.grads[0], hf32.grads[0], hf64.grads[0], FLOAT32),
-        bfloat16=judge_tensors(t16.grads[0], hf16.grads[0], hf32.grads[0], BFLOAT16),
+        float32=judge_tensors(t32.grads[0], [h.grads[0] for h in hf32], hf64.grads[0], FLOAT32),
+        bfloat16=judge_tensors(t16.grads[0], [h.grads[0] for h in hf16], hf32[0].grads[0], BFLOAT16),
     )
-    steps, mutations = step_checks(t32, hf32, hf64), mutation_rows(titan, adapter, mask, ids_BL, hf32, hf64)
+    steps, mutations = step_checks(t32, hf32, hf64), mutation_rows(titan, adapter, mask, ids_BL, hf32[0], hf64)
     applied = [m for m in mutations if m["applies"]]
     status = worst_status(
         *(g["status"] for g in gradients.values()),
@@ -390,8 +393,8 @@ def native_training(
         input=dict(
             shape=list(ids_BL.shape), source=f"seeded random tokens (seed {seed})", predicted=num_predicted(ids_BL)
         ),
-        loss=dict(titan_float32=t32.losses, hf_float32=hf32.losses, hf_float64=hf64.losses)
-        | dict(titan_bfloat16=t16.losses[0], hf_bfloat16=hf16.losses[0]),
+        loss=dict(titan_float32=t32.losses, hf_float32=hf32[0].losses, hf_float64=hf64.losses)
+        | dict(titan_bfloat16=t16.losses[0], hf_bfloat16=hf16[0].losses[0]),
         gradients={k: _brief(g) | dict(rows=g["rows"]) for k, g in gradients.items()},
         steps=steps,
         mutations=mutations,

@@ -387,6 +387,7 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
                 f"{'/'.join(s['status'] for s in n.get('steps') or []) or '-'} | {n.get('mutations_caught', '-')} | "
                 f"{(n.get('counts') or {}).get('tensors', '-')} |"
             )
+        lines += [""] + [f"- {m} native: {_native_training_reason(n)}" for m, n in native.items() if n["status"] != "PASS"]
     if other := [(m, t["mode"]) for m, t in rows.items() if t.get("mode", "train") != "train"]:
         lines += ["", "Compared in eval mode:", ""] + [f"- {m}: {mode}" for m, mode in other]
     return lines
@@ -396,6 +397,18 @@ def _aux_cell(t: dict) -> str:
     "The aux-loss column: the prototype's parity where HF defines one, `none in HF` where it does not."
     d = (t.get("differences") or [None])[0]
     return f"{d['prototype']} {d['parity']}" if d else ("none in HF" if t.get("aux_loss") else "-")
+
+
+def _native_training_reason(n: dict) -> str:
+    "A native training record that did not pass: its failed tensors, and where routing did not agree with HF float32."
+    flips = [
+        f"layer {r['layer']} {side.replace('_', ' ')} {r[side]:.1%}"
+        for r in n.get("routing") or []
+        for side in ("hf_bfloat16", "titan_bfloat16", "titan_float32")
+        if r.get(side, 1.0) < 1.0
+    ]
+    routing = f"; routing agreement with HF float32 below 1: {', '.join(flips)}" if flips else ""
+    return _training_reason(n) + routing
 
 
 def _torchtitan_aux(rows: dict) -> str:

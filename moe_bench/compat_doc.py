@@ -387,7 +387,9 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
                 f"{'/'.join(s['status'] for s in n.get('steps') or []) or '-'} | {n.get('mutations_caught', '-')} | "
                 f"{(n.get('counts') or {}).get('tensors', '-')} |"
             )
-        lines += [""] + [f"- {m} native: {_native_training_reason(n)}" for m, n in native.items() if n["status"] != "PASS"]
+        lines += [""] + [
+            f"- {m} native: {_native_training_reason(n)}" for m, n in native.items() if n["status"] != "PASS"
+        ]
     if other := [(m, t["mode"]) for m, t in rows.items() if t.get("mode", "train") != "train"]:
         lines += ["", "Compared in eval mode:", ""] + [f"- {m}: {mode}" for m, mode in other]
     return lines

@@ -105,7 +105,9 @@ def _record(model: str, res: dict, launch: dict) -> dict:
     res = {k: v for k, v in res.items() if k != "model"}
     configs = [_summary(c) for c in res.pop("configs")]
     controls = res.pop("negative_controls")
-    status = worst_status(*[c["status"] for c in configs], *["PASS" if c["caught"] else "FAIL" for c in controls])
+    replays = res.pop("replays", [])
+    caught = ["PASS" if c["caught"] else "FAIL" for c in controls + replays]
+    status = worst_status(*[c["status"] for c in configs], *caught)
     return phase_record(
         model,
         "parallelism",
@@ -123,6 +125,21 @@ def _record(model: str, res: dict, launch: dict) -> dict:
                 dtype=c.get("dtype", "float32"),
             )
             for c in controls
+        ],
+        replays=[
+            dict(
+                name=r["name"],
+                pr=r["pr"],
+                config=r["config"],
+                config_status=r["config_status"],
+                caught=r["caught"],
+                caught_by=r["caught_by"],
+                figure=r.get("error"),
+                status=r["status"],
+                fidelity=r["fidelity"],
+                wall_s=r["wall_s"],
+            )
+            for r in replays
         ],
         launch=launch,
         **res,

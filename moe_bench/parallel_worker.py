@@ -319,7 +319,6 @@ def set_expert_bias_(model: torch.nn.Module, bias: torch.Tensor | None) -> None:
             count = b.moe.tokens_per_expert_E
             (count.to_local() if isinstance(count, DTensor) else count).zero_()
 
-
 # %% ../nbs/04c_worker.ipynb #65b19289
 def make_batch(cfg) -> tuple[torch.Tensor, torch.Tensor]:
     "The fixed synthetic batch: token ids and labels, `BATCH` x `SEQ`, seeded."
@@ -397,7 +396,13 @@ def blocked_linear(parts: int):
         if parts == 1 or isinstance(w, DTensor) or w.shape[0] % parts or w.shape[1] % parts:
             return linear(x, w, b)
         x_parts = x.chunk(parts, -1)
-        out = torch.cat([sum(linear(xk, wk) for xk, wk in zip(x_parts, wj.chunk(parts, 1))) for wj in w.chunk(parts, 0)], -1)
+        out = torch.cat(
+            [
+                sum(linear(xk, wk) for xk, wk in zip(x_parts, wj.chunk(parts, 1), strict=True))
+                for wj in w.chunk(parts, 0)
+            ],
+            -1,
+        )
         return out if b is None else out + b
 
     F.linear = blocked
@@ -834,6 +839,7 @@ def noise_control(ref: Reference, confs: list[dict], results: list[dict]) -> lis
     label = f"wrong noise rows: each rank takes the noise's first rows, not its tokens' ({split['name']})"
     return [control_record(ref.run(dict(conf, name=label, noise_follows_tokens=False)), "parity check")]
 
+
 BALANCE_CONTROL = "wrong count reduction"  # the label's start (the worker's own control, not a wrong plan)
 
 
@@ -844,7 +850,9 @@ def balance_control(ref: Reference, confs: list[dict], results: list[dict]) -> l
     if balance_part(ref.base) is None or done is None:
         return []
     conf = next(c for c in confs if c["name"] == done["name"])
-    label = f"{BALANCE_CONTROL}: the load-balancing count summed over the TP ranks, not the batch ranks ({done['name']})"
+    label = (
+        f"{BALANCE_CONTROL}: the load-balancing count summed over the TP ranks, not the batch ranks ({done['name']})"
+    )
     return [control_record(ref.run(dict(conf, name=label, balance_loss_axis="tp")), "parity check")]
 
 

@@ -81,6 +81,10 @@ def _summary(c: dict) -> dict:
         loss_reference=[s["loss_reference"] for s in steps],
         loss_free_running=[s["free_running"]["loss_reference"] for s in steps],
         max_grad_diff=max((s["max_grad_diff"] for s in steps), default=None),
+        # the worst gradient in units of its own tolerance (the parity rule's), over the steps
+        worst_ratio=max(
+            (s["worst"].get("max_abs_diff", float("inf")) / s["worst"]["tol"] for s in steps), default=None
+        ),
         wall_s=c["wall_s"],
         error=c.get("error"),
         root_cause=c.get("root_cause"),

@@ -22,9 +22,15 @@ def recompiled(fn: Callable, old: str, new: str, label: str) -> Callable:
     "`fn` compiled again from its installed source with `old` replaced by `new` (exactly once), in its own module's globals."
     source = textwrap.dedent(inspect.getsource(fn))
     if source.count(old) != 1:
-        raise ValueError(f"{label}: the text to replace occurs {source.count(old)} times in {fn.__qualname__}, not once")
+        raise ValueError(
+            f"{label}: the text to replace occurs {source.count(old)} times in {fn.__qualname__}, not once"
+        )
     namespace: dict = {}
-    exec(compile(source.replace(old, new), f"<{label}: {fn.__module__}.{fn.__qualname__}>", "exec"), fn.__globals__, namespace)
+    exec(
+        compile(source.replace(old, new), f"<{label}: {fn.__module__}.{fn.__qualname__}>", "exec"),
+        fn.__globals__,
+        namespace,
+    )
     return namespace[fn.__name__]
 
 # %% ../nbs/04f_replays.ipynb #beb2f68b
@@ -151,6 +157,13 @@ REPLAYS = (
 def replay_record(rec: dict, replay: Replay) -> dict:
     "A replay's run record with its pull request, what catches it (the parity check) and whether it did."
     caught = rec["status"] == "FAIL" and bool(rec.get("steps"))
-    return dict(rec, name=f"replay of PR {replay.pr}: {replay.name} ({replay.config})", pr=replay.pr,
-                config=replay.config, fidelity=replay.fidelity, expected="parity check",
-                caught_by="parity check" if caught else "not caught", caught=caught)
+    return dict(
+        rec,
+        name=f"replay of PR {replay.pr}: {replay.name} ({replay.config})",
+        pr=replay.pr,
+        config=replay.config,
+        fidelity=replay.fidelity,
+        expected="parity check",
+        caught_by="parity check" if caught else "not caught",
+        caught=caught,
+    )

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-import torchtitan.components.optimizer.optimizer as titan_optimizer
 from torch.distributed.tensor import DTensor
 from torchtitan.distributed import ParallelDims
 from torchtitan.distributed.utils import set_spmd_backend
@@ -32,6 +31,17 @@ from .core import randomize_
 from .exact import float64_steps
 from .expression import Expression
 from .hf import build_model, config_with, decoder_layers, embeddings, moe_attr_name, moe_block, real_config
+from moe_bench.load_balancing import (
+    LossOver,
+    OneProcess,
+    balance_part,
+    balance_row,
+    balance_state,
+    counts_the_hook_reduces,
+    expert_biases,
+    load_balancing,
+    set_expert_bias_,
+)
 from .prototypes import MoELayer, swap_titan_moe
 from .prototypes.hash_routing import seed_token_tables_
 from .prototypes.sparsemixer import TokenNoise
@@ -45,13 +55,11 @@ __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'SEQUENCE_RATES', 'SEQUENCE_EN
            'RTOL', 'ATOL', 'RTOL_LOSS', 'SELF_MULTIPLE', 'TOLERANCE', 'WORLD', 'CONFIG_NAMES', 'BALANCE_CONTROL',
            'MODEL_CONFIG_FIELDS', 'layers_for_every_kind', 'sequence_fits', 'parallel_test_config',
            'parallel_test_model', 'swapped_moes', 'key_token_noise', 'token_noises', 'tp_degree', 'reassociation',
-           'replicas', 'parallel_configs', 'balance_part', 'OneProcess', 'LossOver', 'counts_the_hook_reduces',
-           'load_balancing', 'expert_biases', 'balance_state', 'set_expert_bias_', 'make_batch', 'model_inputs_of',
-           'train_steps', 'blocked_linear', 'split_gradients', 'reference_steps', 'grad_diff', 'balance_row',
-           'compare_steps', 'parity_error', 'rounding_floor', 'run_config', 'float64_runner', 'float64_summary',
-           'cause_of_miss', 'same_weights_on_every_rank', 'tracked_parameters', 'Reference', 'reference_of',
-           'explain_misses_', 'controls_dtype', 'plan_controls', 'noise_control', 'balance_control', 'replay_runs',
-           'model_record', 'model_results', 'worker']
+           'replicas', 'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps', 'blocked_linear',
+           'split_gradients', 'reference_steps', 'grad_diff', 'compare_steps', 'parity_error', 'rounding_floor',
+           'run_config', 'float64_runner', 'float64_summary', 'cause_of_miss', 'same_weights_on_every_rank',
+           'tracked_parameters', 'Reference', 'reference_of', 'explain_misses_', 'controls_dtype', 'plan_controls',
+           'noise_control', 'balance_control', 'replay_runs', 'model_record', 'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
 SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1  # the batch phase 4 trains on: the model's sequence fields fit SEQ
@@ -212,112 +220,6 @@ def parallel_configs(cfg, world: int = WORLD) -> list[dict]:
         ),
         dict(name="FSDP+TP+EP", dp_shard=world // 2, tp=2, ep=2),
     ]
-
-# %% ../nbs/04c_worker.ipynb #ba13cedb
-class _Block(torch.nn.Module):
-    "A transformer block as torchtitan's load-balancing hook reads one: `moe_enabled` and its `moe`."
-
-    moe_enabled = True
-
-    def __init__(self, moe: MoE):
-        super().__init__()
-        self.moe = moe
-
-
-def balance_part(model: torch.nn.Module) -> torch.nn.Module | None:
-    """A thin model part as torchtitan's load-balancing hook reads one: `layers`, a ModuleDict of blocks, each holding
-    one of the model's Titan MoEs whose router has `expert_bias_E` (the modules themselves); None where none has it."""
-    moes = [m for m in model.modules() if isinstance(m, MoE) and getattr(m, "expert_bias_E", None) is not None]
-    if not moes:
-        return None
-    part = torch.nn.Module()
-    part.layers = torch.nn.ModuleDict({str(i): _Block(m) for i, m in enumerate(moes)})
-    return part
-
-
-class OneProcess:
-    "The parallel dims of one process as the hook reads them (torchtitan's own unit tests fake them so): nothing to reduce over."
-
-    ep_enabled, tp = False, 1
-
-    def get_optional_mesh(self, dims, **_) -> None:
-        return None
-
-
-class LossOver:
-    "A run's `ParallelDims` whose `loss` mesh is another axis's: the load-balancing control's count reduced over the wrong ranks."
-
-    def __init__(self, dims, axis: str):
-        self._dims, self._axis = dims, axis
-
-    def __getattr__(self, name):
-        return getattr(self._dims, name)
-
-    def get_optional_mesh(self, dims, **kw):
-        return self._dims.get_optional_mesh(self._axis if dims == "loss" else dims, **kw)
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return (t.to_local() if isinstance(t, DTensor) else t).detach().cpu().clone()
-
-
-@contextlib.contextmanager
-def counts_the_hook_reduces(seen: dict):
-    "`dist.all_reduce` tapped for the block: the last tensor it reduced is `seen['reduced']` (the hook's count, summed)."
-    reduce = dist.all_reduce
-
-    def tap(tensor, *args, **kwargs):
-        work = reduce(tensor, *args, **kwargs)
-        seen["reduced"] = tensor.detach().cpu().clone()
-        return work
-
-    dist.all_reduce, seen["reduced"] = tap, None
-    try:
-        yield
-    finally:
-        dist.all_reduce = reduce
-
-
-def load_balancing(opt: torch.optim.Optimizer, model: torch.nn.Module, dims) -> dict | None:
-    """torchtitan 0.3.0's `register_moe_load_balancing_hook` on `opt` for the model's balanced MoEs, with `dims` (the
-    run's `ParallelDims`, or `OneProcess`); ahead of it a pre-hook that keeps the counts as each rank holds them. What
-    the step's record reads (`balance_state`); None where no MoE has `expert_bias_E`."""
-    part = balance_part(model)
-    if part is None:
-        return None
-    seen = dict(part=part)
-    opt.register_step_pre_hook(
-        lambda *_: seen.update(local=torch.stack([_local(b.moe.tokens_per_expert_E) for b in part.layers.values()]))
-    )
-    titan_optimizer.register_moe_load_balancing_hook(opt, [part], dims)  # looked up at call time: a replay patches it
-    return seen
-
-
-def expert_biases(part: torch.nn.Module) -> torch.Tensor:
-    "Each balanced MoE's `expert_bias_E`, whole, `(layers, E)`."
-    return torch.stack([_local(b.moe.expert_bias_E) for b in part.layers.values()])
-
-
-def balance_state(seen: dict | None) -> dict | None:
-    """After a step: the count the hook updated the bias from (what it reduced, or each rank's own where it reduced
-    nothing), `(layers, E)`, and each layer's `expert_bias_E` after the update."""
-    if seen is None:
-        return None
-    counts = seen["reduced"] if seen.get("reduced") is not None else seen["local"]
-    return dict(counts=counts, bias=expert_biases(seen["part"]))
-
-
-def set_expert_bias_(model: torch.nn.Module, bias: torch.Tensor | None) -> None:
-    "Each balanced MoE's `expert_bias_E` set to its row of `bias` (where a step starts), its count zeroed."
-    part = balance_part(model)
-    if part is None or bias is None:
-        return
-    with torch.no_grad():
-        for b, row in zip(part.layers.values(), bias, strict=True):
-            target = b.moe.expert_bias_E
-            (target.to_local() if isinstance(target, DTensor) else target).copy_(row)
-            count = b.moe.tokens_per_expert_E
-            (count.to_local() if isinstance(count, DTensor) else count).zero_()
 
 # %% ../nbs/04c_worker.ipynb #65b19289
 def make_batch(cfg) -> tuple[torch.Tensor, torch.Tensor]:
@@ -484,25 +386,6 @@ def grad_diff(g: torch.Tensor, g_ref: torch.Tensor, self_diff: float = 0.0) -> t
     times the reference's own difference under the same re-association, never below `RTOL` max|g_ref| + `ATOL`."""
     floor = RTOL * g_ref.abs().max().item() + ATOL
     return (g.double() - g_ref.double()).abs().max().item(), max(floor, SELF_MULTIPLE * self_diff)
-
-
-def balance_row(p: dict | None, r: dict | None, replicas: int) -> dict | None:
-    """The load-balancing state after a step against one process's: the count the hook updated the bias from (times
-    `replicas`, the TP groups fed the same batch, which the hook's loss-mesh sum counts each) and the bias, exactly."""
-    if p is None and r is None:
-        return None
-    if p is None or r is None or p["counts"].shape != r["counts"].shape:
-        return dict(ok=False, error="load-balancing state on one side only, or of another shape")
-    count_diff = (p["counts"].double() - replicas * r["counts"].double()).abs().max().item()
-    bias_diff = (p["bias"].double() - r["bias"].double()).abs().max().item()
-    return dict(
-        ok=count_diff == 0 and bias_diff == 0,
-        count_diff=count_diff,
-        bias_diff=bias_diff,
-        counts=p["counts"].tolist(),
-        counts_reference=r["counts"].tolist(),
-        replicas=replicas,
-    )
 
 
 def compare_steps(

@@ -29,7 +29,7 @@ FLOORS = [
     {"sharding.rules"},
     {"sharding.apply"},
     {"sharding"},  # the index re-exports its modules' API
-    {"worker_controls"},  # the wrong plans phase 4's worker runs, from the plan language
+    {"worker_controls", "replays", "load_balancing"},  # the wrong plans phase 4's worker runs, and torchtitan's bugs it replays
     {"alignment", "parallel_worker", "native.family"},
     {"native.qwen3", "native.deepseek_v3", "native.gpt_oss", "native.load"},  # native: one module per family, and CPU
     {"native.mapping"},  # the table NATIVE, one row per family

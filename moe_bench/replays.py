@@ -131,11 +131,13 @@ REPLAYS = (
         """,
         new="",
         applies=_has_expert_bias,
-        fidelity="the closest faithful equivalent: the pull request added this TP all-reduce and replaced the "
-        "DTensor-only `full_tensor()` reduction before it; the replay removes the all-reduce from 0.3.0's hook. The "
-        "pre-fix code reduced over TP only where the count was a DTensor whose placement said it was partial; under "
-        "EP with TP the MoE counts the tokens of each rank's sequence shard into a local tensor, which no placement "
-        "marks partial, as the count was under spmd_types when the bug was found",
+        fidelity="the closest faithful equivalent: before the fix the hook reduced the count over TP only through "
+        "`full_tensor()` of a DTensor count; under spmd_types, where the bug was found, the count is a plain local "
+        "tensor and nothing reduced it. Under partial_dtensor, the backend phase 4 runs, the FSDP+TP+EP count is a "
+        "DTensor `Partial(sum)` on the TP mesh, which the pre-fix code would have reduced correctly, so the pre-fix "
+        "source would not show the bug here. 0.3.0's hook reads the count with `to_local()` and then all-reduces it "
+        "over TP (the fix); the replay removes that all-reduce, which leaves what the pre-fix hook did with "
+        "spmd_types' plain count: each TP rank's own share",
     ),
     Replay(
         name="gpt-oss expert output bias multiplied by the TP degree",

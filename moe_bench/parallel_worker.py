@@ -813,7 +813,8 @@ def model_results(
     if negative_controls:
         controls = plan_controls(ref, confs, results, in_float64) + noise_control(ref, confs, results)
         controls += balance_control(ref, confs, results)
-        replays = replay_runs(ref, confs, results)
+        if set(configs) == set(CONFIG_NAMES):  # a full phase 4 run, not a subset (the layout tests run TP alone)
+            replays = replay_runs(ref, confs, results)
     return model_record(model_name, ref, device, results, controls, start) | dict(replays=replays)
 
 # %% ../nbs/04c_worker.ipynb #057fe493

@@ -318,15 +318,24 @@ def split_gradients(model, ids, labels, inputs: dict, rows: int, seq: int) -> di
     """One process's gradients with its arithmetic re-associated as a configuration splits it: the batch's rows in
     `rows` parts (data parallel); under TP (`seq` > 1) every linear layer summed in `seq` blocks (`blocked_linear`)
     and each part's loss back-propagated in `seq` sequence chunks (the sequence shards), every gradient summed over
-    the pieces."""
+    the pieces. A sampling router's noise follows each part's tokens, as on a data-parallel rank."""
     model.zero_grad(set_to_none=True)
-    with blocked_linear(seq):
-        for r in torch.arange(ids.shape[0]).chunk(rows):
-            logits = model(input_ids=ids[r], **{k: v[r] for k, v in inputs.items()}).logits
-            chunks = torch.arange(ids.shape[1]).chunk(seq)
-            for i, c in enumerate(chunks):
-                part = _cross_entropy(logits[:, c], labels[r][:, c], ids.numel())
-                part.backward(retain_graph=i < len(chunks) - 1)
+    noises = token_noises(model)
+    kept = [(n.tokens, n.num_tokens) for n in noises]
+    positions = torch.arange(ids.numel()).view(ids.shape)
+    try:
+        with blocked_linear(seq):
+            for r in torch.arange(ids.shape[0]).chunk(rows):
+                for noise in noises:
+                    noise.tokens, noise.num_tokens = positions[r], ids.numel()
+                logits = model(input_ids=ids[r], **{k: v[r] for k, v in inputs.items()}).logits
+                chunks = torch.arange(ids.shape[1]).chunk(seq)
+                for i, c in enumerate(chunks):
+                    part = _cross_entropy(logits[:, c], labels[r][:, c], ids.numel())
+                    part.backward(retain_graph=i < len(chunks) - 1)
+    finally:
+        for noise, (tokens, num_tokens) in zip(noises, kept, strict=True):
+            noise.tokens, noise.num_tokens = tokens, num_tokens
     return {n: _full(p.grad) for n, p in model.named_parameters()}
 
 
@@ -356,7 +365,9 @@ def reference_steps(base, par: list[dict], ids, labels, inputs: dict | None = No
         with counts_the_hook_reduces(seen if seen is not None else {}):
             opt.step()  # torchtitan's hook updates the bias; the SGD update is overwritten by the next step's weights
         self_diff = {
-            n: (resplit[n].double() - g.double()).abs().max().item() if resplit and g is not None else 0.0
+            n: (resplit[n].double() - g.double()).abs().max().item()
+            if resplit and g is not None and resplit[n] is not None
+            else 0.0
             for n, g in grads.items()
         }
         balance = balance_state(seen)

@@ -466,18 +466,14 @@ def parity_error(steps: list[dict]) -> str:
 
 # %% ../nbs/04c_worker.ipynb #d9a07a7a
 def rounding_floor(base, ids: torch.Tensor, labels: torch.Tensor, inputs: dict, parts: int = WORLD) -> dict:
-    "One process against itself: the worst gradient, in tolerances, when the batch is summed in `parts` micro-batches."
-    grads = []
-    for pieces in (1, parts):
-        model = copy.deepcopy(base).train()
-        for rows in torch.arange(ids.shape[0]).chunk(pieces):
-            _loss(model, ids[rows], labels[rows], ids.numel(), {k: v[rows] for k, v in inputs.items()}).backward()
-        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
-    whole, split = grads
+    "One process against itself: the worst gradient, in units of the fixed rule (`RTOL`, `ATOL`), when the batch is summed in `parts` micro-batches."
+    model = copy.deepcopy(base).train()
+    whole, split = (split_gradients(model, ids, labels, inputs, rows, 1) for rows in (1, parts))
     ratios = {}
     for name, g in whole.items():
-        diff, tol = grad_diff(split[name], g)
-        ratios[name] = diff / tol
+        if g is not None:
+            diff, tol = grad_diff(split[name], g)
+            ratios[name] = diff / tol
     worst = max(ratios, key=ratios.get)
     return dict(parts=parts, worst_ratio=round(ratios[worst], 3), param=worst)
 

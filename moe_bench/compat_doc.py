@@ -115,12 +115,12 @@ def verdicts(rec: dict) -> str:
 
 # %% ../nbs/05_compat_doc.ipynb #ab5d9525
 def _parallel_rule(records: dict) -> list[str]:
-    "The phase 4 parity rule, read from a record's tolerance (the worker's `TOLERANCE`)."
-    tol = next(
-        (r["parallelism"]["tolerance"] for r in records.values() if r.get("parallelism", {}).get("tolerance")), None
-    )
-    if not tol or "self_multiple" not in tol:
+    "The phase 4 parity rule, read from the records' tolerance (the worker's `TOLERANCE`), and how many records it judged."
+    tols = [r["parallelism"]["tolerance"] for r in records.values() if r.get("parallelism", {}).get("tolerance")]
+    tol = next((t for t in tols if "self_multiple" in t), None)
+    if tol is None:
         return []
+    judged = sum("self_multiple" in t for t in tols)
     return [
         "",
         "Each configuration trains 2 steps at world size 4 and is compared, step by step, with one process started from "
@@ -131,7 +131,13 @@ def _parallel_rule(records: dict) -> list[str]:
         f"and never needs to be closer than rtol {tol['rtol']} x max|g_ref| + atol {tol['atol']}; the loss within "
         f"{tol['rtol_loss']} relative; the weights each step starts from the SGD update of the run's own gradients. "
         "Where the Titan router carries torchtitan's load-balancing bias, torchtitan's own load-balancing hook runs in "
-        "every configuration, and the token count and expert bias after each step must equal one process's exactly.",
+        "every configuration, and the token count and expert bias after each step must equal one process's exactly. "
+        f"{judged} of the {len(tols)} phase 4 records were made under this rule"
+        + (
+            f"; the other {len(tols) - judged} under the fixed bound alone (rtol x max|g_ref| + atol), without the hook."
+            if judged < len(tols)
+            else "."
+        ),
     ]
 
 

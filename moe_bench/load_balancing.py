@@ -14,7 +14,7 @@ from torch.distributed.tensor import DTensor
 from torchtitan.models.common.moe import MoE
 
 # %% auto #0
-__all__ = ['balance_part', 'OneProcess', 'LossOver', 'counts_the_hook_reduces', 'load_balancing', 'expert_biases',
+__all__ = ['balanced', 'balance_part', 'OneProcess', 'LossOver', 'counts_the_hook_reduces', 'load_balancing', 'expert_biases',
            'balance_state', 'set_expert_bias_', 'balance_row']
 
 # %% ../nbs/04g_load_balancing.ipynb #d075e578
@@ -28,10 +28,19 @@ class _Block(torch.nn.Module):
         self.moe = moe
 
 
+def balanced(module: torch.nn.Module) -> bool:
+    """A Titan MoE whose `expert_bias_E` torchtitan's hook can update: one entry per counted expert. A prototype whose
+    bias spans other choices (zaya's router MLP: 9 entries, one per expert and one for skipping them, over 8 counted
+    experts) carries HF's bias, not torchtitan's balancing: the hook's update would not even fit it."""
+    bias = getattr(module, "expert_bias_E", None) if isinstance(module, MoE) else None
+    return bias is not None and bias.shape == module.tokens_per_expert_E.shape
+
+
 def balance_part(model: torch.nn.Module) -> torch.nn.Module | None:
     """A thin model part as torchtitan's load-balancing hook reads one: `layers`, a ModuleDict of blocks, each holding
-    one of the model's Titan MoEs whose router has `expert_bias_E` (the modules themselves); None where none has it."""
-    moes = [m for m in model.modules() if isinstance(m, MoE) and getattr(m, "expert_bias_E", None) is not None]
+    one of the model's Titan MoEs whose router has `expert_bias_E` the hook can update (`balanced`; the modules
+    themselves); None where none has one."""
+    moes = [m for m in model.modules() if balanced(m)]
     if not moes:
         return None
     part = torch.nn.Module()

@@ -113,6 +113,68 @@ def verdicts(rec: dict) -> str:
     passes_with = rec.get("status_with_prototype") or rec.get("status_with_extension")
     return "; ".join(out + ([passes_with] if passes_with else []))
 
+# %% ../nbs/05_compat_doc.ipynb #ab5d9525
+def _parallel_rule(records: dict) -> list[str]:
+    "The phase 4 parity rule, read from the records' tolerance (the worker's `TOLERANCE`), and how many records it judged."
+    tols = [r["parallelism"]["tolerance"] for r in records.values() if r.get("parallelism", {}).get("tolerance")]
+    tol = next((t for t in tols if "self_multiple" in t), None)
+    if tol is None:
+        return []
+    judged = sum("self_multiple" in t for t in tols)
+    return [
+        "",
+        "Each configuration trains 2 steps at world size 4 and is compared, step by step, with one process started from "
+        "the same weights. A gradient tensor passes where its largest difference from one process's is within "
+        f"{tol['self_multiple']} times that tensor's own rounding under the same re-association (one process against "
+        "itself with its arithmetic split as the configuration splits it: the batch's rows over the batch ranks; under "
+        "TP every linear layer summed in TP-degree blocks and the loss back-propagated in TP-degree sequence chunks), "
+        f"and never needs to be closer than rtol {tol['rtol']} x max|g_ref| + atol {tol['atol']}; the loss within "
+        f"{tol['rtol_loss']} relative; the weights each step starts from the SGD update of the run's own gradients. "
+        "Where the Titan router carries torchtitan's load-balancing bias, torchtitan's own load-balancing hook runs in "
+        "every configuration, and the token count and expert bias after each step must equal one process's exactly. "
+        f"{judged} of the {len(tols)} phase 4 records were made under this rule"
+        + (
+            f"; the other {len(tols) - judged} under the fixed bound alone (rtol x max|g_ref| + atol), without the hook."
+            if judged < len(tols)
+            else "."
+        ),
+    ]
+
+
+def _balance_and_replays(records: dict) -> list[str]:
+    "Phase 4's load-balancing parity (models whose hook ran) and its replays of torchtitan's bugs, one row each."
+    balanced = {
+        m: all(s["balance"]["ok"] for c in r["parallelism"].get("configs", []) for s in c["steps"] if "balance" in s)
+        for m, r in records.items()
+        if any("balance" in s for c in r.get("parallelism", {}).get("configs", []) for s in c["steps"])
+    }
+    replays = [(m, x) for m, r in records.items() for x in r.get("parallelism", {}).get("replays") or []]
+    lines = []
+    if balanced:
+        equal = sorted(m for m, ok in balanced.items() if ok)
+        lines += [
+            "",
+            f"Load balancing: torchtitan's hook ran for {len(balanced)} model(s); count and bias equal to one process's "
+            f"after every step in every configuration for {len(equal)}"
+            + (f" ({', '.join(equal)})" if equal else "")
+            + (f"; not for {', '.join(sorted(set(balanced) - set(equal)))}" if len(equal) < len(balanced) else "")
+            + ".",
+        ]
+    if replays:
+        lines += [
+            "",
+            "Replays of torchtitan's 2026 silent bugs (pytorch/torchtitan pull requests), each put back in-process on "
+            "the configuration it affects (`04f_replays`); the parity check must catch every one:",
+            "",
+            "| model | pull request | configuration | caught | figure |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {m} | {x['pr']} | {x['config']} | {'yes' if x['caught'] else 'NO'} | {(x.get('figure') or '')[:160]} |"
+            for m, x in replays
+        ]
+    return lines
+
 # %% ../nbs/05_compat_doc.ipynb #a4d3fa1d
 def _runs(v) -> str:
     "A per-layer list as runs (`dense x3, sparse x49`); anything else as it is."
@@ -475,6 +537,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
         "## Parallelism Support",
         "",
         "Models whose only record is phase 4 (`moe-bench run --all --phases 4`, small synthetic configs) appear here only.",
+        *_parallel_rule(records),
         "",
         "| model | FSDP | FSDP+EP | TP | FSDP+TP+EP |",
         "|---|---|---|---|---|",
@@ -510,6 +573,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     lines += [
         f"- {m}: {p['status']}: {(p.get('reason') or p.get('error') or '').splitlines()[0][:300]}" for m, p in unrun
     ]
+    lines += _balance_and_replays(records)
     lines += _replicated_section(records)
     needs: dict[str, list[str]] = {}
     for m, r in records.items():

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import gc
@@ -30,22 +31,35 @@ from .core import randomize_
 from .exact import float64_steps
 from .expression import Expression
 from .hf import build_model, config_with, decoder_layers, embeddings, moe_attr_name, moe_block, real_config
+from moe_bench.load_balancing import (
+    LossOver,
+    OneProcess,
+    balance_part,
+    balance_row,
+    balance_state,
+    counts_the_hook_reduces,
+    expert_biases,
+    load_balancing,
+    set_expert_bias_,
+)
 from .prototypes import MoELayer, swap_titan_moe
 from .prototypes.hash_routing import seed_token_tables_
 from .prototypes.sparsemixer import TokenNoise
+from .replays import REPLAYS, replay_record, replayed
 from .sharding import Plan, PlanError, apply_fsdp, apply_model_parallel, check_plan, model_plan
 from .synth import synthetic_config, synthetic_overrides
 from .worker_controls import control_record, negative_plans
 
 # %% auto #0
 __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'SEQUENCE_RATES', 'SEQUENCE_ENTRIES', 'SEQUENCE_TOPK', 'LAYER_KIND_FIELDS',
-           'RTOL', 'ATOL', 'RTOL_LOSS', 'TOLERANCE', 'WORLD', 'CONFIG_NAMES', 'MODEL_CONFIG_FIELDS',
-           'layers_for_every_kind', 'sequence_fits', 'parallel_test_config', 'parallel_test_model', 'swapped_moes',
-           'key_token_noise', 'token_noises', 'tp_degree', 'parallel_configs', 'make_batch', 'model_inputs_of',
-           'train_steps', 'reference_steps', 'grad_diff', 'compare_steps', 'parity_error', 'rounding_floor',
+           'RTOL', 'ATOL', 'RTOL_LOSS', 'SELF_MULTIPLE', 'TOLERANCE', 'WORLD', 'CONFIG_NAMES', 'BALANCE_CONTROL',
+           'MODEL_CONFIG_FIELDS', 'layers_for_every_kind', 'sequence_fits', 'parallel_test_config',
+           'parallel_test_model', 'swapped_moes', 'key_token_noise', 'token_noises', 'tp_degree', 'reassociation',
+           'replicas', 'parallel_configs', 'make_batch', 'model_inputs_of', 'train_steps', 'blocked_linear',
+           'split_gradients', 'reference_steps', 'grad_diff', 'compare_steps', 'parity_error', 'rounding_floor',
            'run_config', 'float64_runner', 'float64_summary', 'cause_of_miss', 'same_weights_on_every_rank',
            'tracked_parameters', 'Reference', 'reference_of', 'explain_misses_', 'controls_dtype', 'plan_controls',
-           'noise_control', 'model_record', 'model_results', 'worker']
+           'noise_control', 'balance_control', 'replay_runs', 'model_record', 'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
 SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1  # the batch phase 4 trains on: the model's sequence fields fit SEQ
@@ -139,13 +153,19 @@ def token_noises(model: torch.nn.Module) -> list[TokenNoise]:
 
 # %% ../nbs/04c_worker.ipynb #964d22b3
 RTOL, ATOL, RTOL_LOSS = 1e-5, 1e-8, 2e-6
+SELF_MULTIPLE = 4  # a gradient may differ from one process's by this many times one process's own re-association
 TOLERANCE = dict(
     rtol=RTOL,
     atol=ATOL,
     rtol_loss=RTOL_LOSS,
-    rule="per step, one process from the weights the parallel run starts the step with: |g - g_ref|max <= rtol max|g_ref| + atol "
-    "for every parameter, |loss - loss_ref| <= rtol_loss |loss_ref|; the weights: step 1 exactly the reference's, "
-    "later the SGD update of the run's own previous gradients within one rounding (eps max|w|)",
+    self_multiple=SELF_MULTIPLE,
+    rule="per step, one process from the weights (and expert bias) the parallel run starts the step with: per "
+    "gradient tensor |g - g_ref|max <= max(self_multiple d_self, rtol max|g_ref| + atol), d_self the largest "
+    "difference of one process's gradient from itself with its arithmetic re-associated as the configuration splits "
+    "it (the batch's rows in the batch ranks' parts, each part's loss back-propagated in the TP degree's sequence "
+    "chunks); |loss - loss_ref| <= rtol_loss |loss_ref|; the weights: step 1 exactly the reference's, later the SGD "
+    "update of the run's own previous gradients within one rounding (eps max|w|); the load-balancing count and "
+    "expert bias after torchtitan's hook exactly one process's (the count times the TP groups fed the same batch)",
 )
 WORLD = 4
 CONFIG_NAMES = ("FSDP", "FSDP+EP", "TP", "FSDP+TP+EP")
@@ -169,6 +189,17 @@ def tp_degree(cfg, world: int = WORLD) -> int:
         width = getattr(cfg, k, None)  # ernie4_5_vl_moe: one width per modality
         dims += list(width) if isinstance(width, (list, tuple)) else [width] if width else []
     return next((tp for tp in (world, 2) if all(d % tp == 0 for d in dims)), 1)
+
+
+def reassociation(conf: dict) -> tuple[int, int]:
+    "How a configuration splits one process's arithmetic: (batch rows in parts, sequence in chunks)."
+    rows = 1 if conf.get("replicated_data") else conf.get("dp_replicate", 1) * conf["dp_shard"]
+    return rows, conf["tp"]
+
+
+def replicas(conf: dict) -> int:
+    "The TP groups a configuration feeds the same batch (the load-balancing hook's loss-mesh sum counts each)."
+    return conf.get("dp_replicate", 1) if conf.get("replicated_data") else 1
 
 
 def parallel_configs(cfg, world: int = WORLD) -> list[dict]:
@@ -212,7 +243,10 @@ def model_inputs_of(model, swapped: dict[int, MoELayer], ids: torch.Tensor) -> d
 
 def _loss(model, ids, labels, n_global_tokens: int, inputs: dict | None = None):
     "Summed cross-entropy over the local tokens divided by the global token count (every gradient reduction a sum)."
-    logits = model(input_ids=ids, **(inputs or {})).logits
+    return _cross_entropy(model(input_ids=ids, **(inputs or {})).logits, labels, n_global_tokens)
+
+
+def _cross_entropy(logits, labels, n_global_tokens: int):
     if isinstance(logits, DTensor):
         raise RuntimeError(f"logits left the model as a DTensor {logits.placements}")
     return (
@@ -221,42 +255,125 @@ def _loss(model, ids, labels, n_global_tokens: int, inputs: dict | None = None):
     )
 
 
-def train_steps(model, ids, labels, n_global_tokens: int, loss_group=None, inputs: dict | None = None) -> list[dict]:
-    "`STEPS` x (full weights, forward, loss, backward, full gradients, SGD step): per step the weights it started from, the loss, every gradient."
+def train_steps(
+    model, ids, labels, n_global_tokens: int, loss_group=None, inputs: dict | None = None, dims=None
+) -> list[dict]:
+    """`STEPS` x (full weights, forward, loss, backward, full gradients, SGD step with torchtitan's load-balancing hook
+    under `dims`, the run's `ParallelDims`, else one process's): per step the weights it started from, the loss, every
+    gradient, and where the model balances its experts the expert bias it started from, the count and the bias after."""
     opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)
+    seen = load_balancing(opt, model, dims or OneProcess())
     model.train()
     out = []
     for s in range(STEPS):
         for noise in token_noises(model):  # a sampling router's noise: this step's
             noise.step = s
         weights = {n: _full(p) for n, p in model.named_parameters()}
+        bias_start = expert_biases(seen["part"]) if seen else None
         loss = _loss(model, ids, labels, n_global_tokens, inputs)
         loss.backward()
         total = loss.detach().clone()
         if loss_group is not None:
             dist.all_reduce(total, group=loss_group)
+        grads = {n: _full(p.grad) for n, p in model.named_parameters()}
+        with counts_the_hook_reduces(seen if seen is not None else {}):
+            opt.step()
+        balance = balance_state(seen)
         out.append(
-            dict(weights=weights, loss=total.item(), grads={n: _full(p.grad) for n, p in model.named_parameters()})
+            dict(weights=weights, loss=total.item(), grads=grads)
+            | (dict(balance=balance | dict(bias_start=bias_start)) if balance else {})
         )
-        opt.step()
         opt.zero_grad(set_to_none=True)
     return out
 
 
-def reference_steps(base, par: list[dict], ids, labels, inputs: dict | None = None) -> list[dict]:
-    "One process, each step started from the weights the parallel run started that step with: the loss and every gradient."
+@contextlib.contextmanager
+def blocked_linear(parts: int):
+    """Every `F.linear` of plain tensors computed in `parts` x `parts` blocks of its weight, as TP's shards sum it: the
+    output features in `parts` column-wise blocks (the input's gradient summed over them), each the sum of `parts`
+    partial products over the input features (row-wise). A layer whose widths `parts` does not divide is left whole."""
+    linear = F.linear
+
+    def blocked(x, w, b=None):
+        if parts == 1 or isinstance(w, DTensor) or w.shape[0] % parts or w.shape[1] % parts:
+            return linear(x, w, b)
+        x_parts = x.chunk(parts, -1)
+        out = torch.cat(
+            [
+                sum(linear(xk, wk) for xk, wk in zip(x_parts, wj.chunk(parts, 1), strict=True))
+                for wj in w.chunk(parts, 0)
+            ],
+            -1,
+        )
+        return out if b is None else out + b
+
+    F.linear = blocked
+    try:
+        yield
+    finally:
+        F.linear = linear
+
+
+def split_gradients(model, ids, labels, inputs: dict, rows: int, seq: int) -> dict:
+    """One process's gradients with its arithmetic re-associated as a configuration splits it: the batch's rows in
+    `rows` parts (data parallel); under TP (`seq` > 1) every linear layer summed in `seq` blocks (`blocked_linear`)
+    and each part's loss back-propagated in `seq` sequence chunks (the sequence shards), every gradient summed over
+    the pieces. A sampling router's noise follows each part's tokens, as on a data-parallel rank."""
+    model.zero_grad(set_to_none=True)
+    noises = token_noises(model)
+    kept = [(n.tokens, n.num_tokens) for n in noises]
+    positions = torch.arange(ids.numel()).view(ids.shape)
+    try:
+        with blocked_linear(seq):
+            for r in torch.arange(ids.shape[0]).chunk(rows):
+                for noise in noises:
+                    noise.tokens, noise.num_tokens = positions[r], ids.numel()
+                logits = model(input_ids=ids[r], **{k: v[r] for k, v in inputs.items()}).logits
+                chunks = torch.arange(ids.shape[1]).chunk(seq)
+                for i, c in enumerate(chunks):
+                    part = _cross_entropy(logits[:, c], labels[r][:, c], ids.numel())
+                    part.backward(retain_graph=i < len(chunks) - 1)
+    finally:
+        for noise, (tokens, num_tokens) in zip(noises, kept, strict=True):
+            noise.tokens, noise.num_tokens = tokens, num_tokens
+    return {n: _full(p.grad) for n, p in model.named_parameters()}
+
+
+def reference_steps(base, par: list[dict], ids, labels, inputs: dict | None = None, split=(1, 1)) -> list[dict]:
+    """One process, each step started from the weights (and expert bias) the parallel run started that step with: the
+    loss, every gradient, the load-balancing count and bias after torchtitan's hook, and per gradient its own rounding
+    under the configuration's re-association (`split`: rows, sequence chunks; `split_gradients`): the largest
+    difference of the re-associated gradient from the whole."""
     model = copy.deepcopy(base).train()
-    params, out = dict(model.named_parameters()), []
+    opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)
+    seen = load_balancing(opt, model, OneProcess())
+    params, out, inputs = dict(model.named_parameters()), [], inputs or {}
     for s, p in enumerate(par):
         for noise in token_noises(model):
             noise.step = s
         with torch.no_grad():
             for n, w in p["weights"].items():
                 params[n].copy_(w)
+        start = p.get("balance", {}).get("bias_start")
+        set_expert_bias_(model, start)
+        resplit = split_gradients(model, ids, labels, inputs, *split) if split != (1, 1) else None
+        set_expert_bias_(model, start)  # the re-associated run's counts dropped
         model.zero_grad(set_to_none=True)
         loss = _loss(model, ids, labels, ids.numel(), inputs)
         loss.backward()
-        out.append(dict(loss=loss.item(), grads={n: _full(q.grad) for n, q in model.named_parameters()}))
+        grads = {n: _full(q.grad) for n, q in model.named_parameters()}
+        with counts_the_hook_reduces(seen if seen is not None else {}):
+            opt.step()  # torchtitan's hook updates the bias; the SGD update is overwritten by the next step's weights
+        self_diff = {
+            n: (resplit[n].double() - g.double()).abs().max().item()
+            if resplit and g is not None and resplit[n] is not None
+            else 0.0
+            for n, g in grads.items()
+        }
+        balance = balance_state(seen)
+        out.append(
+            dict(loss=loss.item(), grads=grads, self_diff=self_diff) | (dict(balance=balance) if balance else {})
+        )
     return out
 
 
@@ -275,16 +392,19 @@ def _weight_rows(par: list[dict], s: int, start: dict) -> dict:
     return rows
 
 
-def grad_diff(g: torch.Tensor, g_ref: torch.Tensor) -> tuple[float, float]:
-    "A gradient's largest difference from the reference's, and the parity rule's tolerance for it."
-    return (g.double() - g_ref.double()).abs().max().item(), RTOL * g_ref.abs().max().item() + ATOL
+def grad_diff(g: torch.Tensor, g_ref: torch.Tensor, self_diff: float = 0.0) -> tuple[float, float]:
+    """A gradient's largest difference from the reference's, and the parity rule's tolerance for it: `SELF_MULTIPLE`
+    times the reference's own difference under the same re-association, never below `RTOL` max|g_ref| + `ATOL`."""
+    floor = RTOL * g_ref.abs().max().item() + ATOL
+    return (g.double() - g_ref.double()).abs().max().item(), max(floor, SELF_MULTIPLE * self_diff)
 
 
 def compare_steps(
-    par: list[dict], ref: list[dict], tracked: dict[str, str], start: dict, free: list[dict]
+    par: list[dict], ref: list[dict], tracked: dict[str, str], start: dict, free: list[dict], replicas: int = 1
 ) -> tuple[bool, list[dict]]:
-    """Parity of a parallel run with one process, per step: where it starts (the weights), then the loss and every gradient
-    from those same weights, the tracked ones named. `free` is the reference trained on its own, reported only."""
+    """Parity of a parallel run with one process, per step: where it starts (the weights), then the loss, every
+    gradient and the load-balancing state from those same weights, the tracked ones named. `free` is the reference
+    trained on its own, reported only."""
     ok, steps = True, []
     for s, (p, r) in enumerate(zip(par, ref, strict=True)):
         rows = {}
@@ -298,13 +418,16 @@ def compare_steps(
             if g is None or g_ref is None or g.shape != g_ref.shape:
                 rows[name] = dict(ok=False, error="gradient missing or of another shape")
                 continue
-            diff, tol = grad_diff(g, g_ref)
-            rows[name] = dict(max_abs_diff=diff, tol=tol, ok=diff <= tol)
+            self_diff = r.get("self_diff", {}).get(name, 0.0)
+            diff, tol = grad_diff(g, g_ref, self_diff)
+            rows[name] = dict(max_abs_diff=diff, tol=tol, ok=diff <= tol, self_diff=self_diff)
         w_rows = _weight_rows(par, s, start)
         w_failed = sorted(n for n, x in w_rows.items() if not x["ok"])
         loss_diff, loss_tol = abs(p["loss"] - r["loss"]), RTOL_LOSS * abs(r["loss"])
         worst = max(rows, key=lambda n: rows[n].get("max_abs_diff", float("inf")) / rows[n].get("tol", 1.0))
+        balance = balance_row(p.get("balance"), r.get("balance"), replicas)
         step_ok = loss_diff <= loss_tol and all(x["ok"] for x in rows.values()) and not w_failed
+        step_ok &= balance is None or balance["ok"]
         ok &= step_ok
         steps.append(
             dict(
@@ -324,6 +447,7 @@ def compare_steps(
                 params_failed=sorted(n for n, x in rows.items() if not x["ok"]),
                 free_running=dict(loss_reference=free[s]["loss"], loss_abs_diff=abs(p["loss"] - free[s]["loss"])),
             )
+            | ({"balance": balance} if balance else {})
         )
     return ok, steps
 
@@ -335,22 +459,21 @@ def parity_error(steps: list[dict]) -> str:
         return f"parity at step {s['step']}: {s['worst']}"
     if not s["weights"]["ok"]:
         return f"parity at step {s['step']}: weights {s['weights']['failed']}"
+    if not s.get("balance", {}).get("ok", True):
+        b = s["balance"]
+        return f"parity at step {s['step']}: load balancing, count off by {b.get('count_diff')}, bias by {b.get('bias_diff')}"
     return f"parity at step {s['step']}: loss off by {s['loss_abs_diff']:.3e} > {s['loss_tol']:.3e}"
 
 # %% ../nbs/04c_worker.ipynb #d9a07a7a
 def rounding_floor(base, ids: torch.Tensor, labels: torch.Tensor, inputs: dict, parts: int = WORLD) -> dict:
-    "One process against itself: the worst gradient, in tolerances, when the batch is summed in `parts` micro-batches."
-    grads = []
-    for pieces in (1, parts):
-        model = copy.deepcopy(base).train()
-        for rows in torch.arange(ids.shape[0]).chunk(pieces):
-            _loss(model, ids[rows], labels[rows], ids.numel(), {k: v[rows] for k, v in inputs.items()}).backward()
-        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
-    whole, split = grads
+    "One process against itself: the worst gradient, in units of the fixed rule (`RTOL`, `ATOL`), when the batch is summed in `parts` micro-batches."
+    model = copy.deepcopy(base).train()
+    whole, split = (split_gradients(model, ids, labels, inputs, rows, 1) for rows in (1, parts))
     ratios = {}
     for name, g in whole.items():
-        diff, tol = grad_diff(split[name], g)
-        ratios[name] = diff / tol
+        if g is not None:
+            diff, tol = grad_diff(split[name], g)
+            ratios[name] = diff / tol
     worst = max(ratios, key=ratios.get)
     return dict(parts=parts, worst_ratio=round(ratios[worst], 3), param=worst)
 
@@ -404,9 +527,10 @@ def run_config(conf: dict, base, swapped: dict, batch, free, tracked, plan, chec
         for noise in token_noises(model):  # a sampling router's noise: the global positions of this process's tokens
             noise.tokens = None if conf.get("replicated_data") else torch.arange(BATCH * SEQ).view(BATCH, SEQ)[rows]
             noise.num_tokens, noise.follow_tokens = BATCH * SEQ, conf.get("noise_follows_tokens", True)
-        par = train_steps(model, local[0].to(device), local[1].to(device), ids.numel(), loss_group, local[2])
-        ref = reference_steps(base, par, ids.to(device), labels.to(device), inputs)
-        ok, rec["steps"] = compare_steps(par, ref, tracked, free[0]["weights"], free)
+        dims = LossOver(pd, conf["balance_loss_axis"]) if conf.get("balance_loss_axis") else pd
+        par = train_steps(model, local[0].to(device), local[1].to(device), ids.numel(), loss_group, local[2], dims)
+        ref = reference_steps(base, par, ids.to(device), labels.to(device), inputs, reassociation(conf))
+        ok, rec["steps"] = compare_steps(par, ref, tracked, free[0]["weights"], free, replicas(conf))
         rec["status"] = "PASS" if ok else "FAIL"
         if not ok:
             rec["error"] = parity_error(rec["steps"])
@@ -605,6 +729,37 @@ def noise_control(ref: Reference, confs: list[dict], results: list[dict]) -> lis
     label = f"wrong noise rows: each rank takes the noise's first rows, not its tokens' ({split['name']})"
     return [control_record(ref.run(dict(conf, name=label, noise_follows_tokens=False)), "parity check")]
 
+
+BALANCE_CONTROL = "wrong count reduction"  # the label's start (the worker's own control, not a wrong plan)
+
+
+def balance_control(ref: Reference, confs: list[dict], results: list[dict]) -> list[dict]:
+    """Load balancing's control: the hook given the FSDP+TP+EP run's `ParallelDims` with its `loss` mesh the TP axis's,
+    so the count is summed over the TP ranks (which hold the same rows) and not the batch ranks: must FAIL."""
+    done = next((r for r in results if r["name"] == "FSDP+TP+EP" and r["status"] == "PASS"), None)
+    if balance_part(ref.base) is None or done is None:
+        return []
+    conf = next(c for c in confs if c["name"] == done["name"])
+    label = (
+        f"{BALANCE_CONTROL}: the load-balancing count summed over the TP ranks, not the batch ranks ({done['name']})"
+    )
+    return [control_record(ref.run(dict(conf, name=label, balance_loss_axis="tp")), "parity check")]
+
+
+def replay_runs(ref: Reference, confs: list[dict], results: list[dict]) -> list[dict]:
+    """Each replay of a torchtitan bug (`04f_replays`) whose model holds what it touches, on the configuration it
+    affects, the bug in place for the run: its record, with that configuration's own status beside it."""
+    out = []
+    for replay in REPLAYS:
+        at = next(((c, r) for c, r in zip(confs, results, strict=True) if c["name"] == replay.config), None)
+        if at is None or not replay.applies(ref.base):
+            continue
+        conf, done = at
+        with replayed(replay):
+            rec = ref.run(dict(conf, name=f"replay of PR {replay.pr} ({replay.config})"))
+        out.append(replay_record(rec, replay) | dict(config_status=done["status"]))
+    return out
+
 # %% ../nbs/04c_worker.ipynb #2ef1b86d
 MODEL_CONFIG_FIELDS = (
     "num_hidden_layers",
@@ -654,17 +809,20 @@ def model_results(
     negative_controls: bool = True,
     configs: tuple[str, ...] = CONFIG_NAMES,  # a subset (the layout tests run TP alone)
 ) -> dict:
-    "On every rank: one model's reference, its four configurations and its controls; the results rank 0 writes."
+    "On every rank: one model's reference, its four configurations, its controls and replays; the results rank 0 writes."
     start = time.perf_counter()
     ref = reference_of(model_name, device)
     confs = [c for c in parallel_configs(ref.cfg, dist.get_world_size()) if c["name"] in configs]
     results = [ref.run(c) for c in confs]
     in_float64 = float64_runner(ref.base, ref.swapped, ref.batch, ref.tracked, device)
     explain_misses_(ref, confs, results, in_float64)
-    controls = []
+    controls, replays = [], []
     if negative_controls:
         controls = plan_controls(ref, confs, results, in_float64) + noise_control(ref, confs, results)
-    return model_record(model_name, ref, device, results, controls, start)
+        controls += balance_control(ref, confs, results)
+        if set(configs) == set(CONFIG_NAMES):  # a full phase 4 run, not a subset (the layout tests run TP alone)
+            replays = replay_runs(ref, confs, results)
+    return model_record(model_name, ref, device, results, controls, start) | dict(replays=replays)
 
 # %% ../nbs/04c_worker.ipynb #057fe493
 def worker(

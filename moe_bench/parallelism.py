@@ -81,6 +81,10 @@ def _summary(c: dict) -> dict:
         loss_reference=[s["loss_reference"] for s in steps],
         loss_free_running=[s["free_running"]["loss_reference"] for s in steps],
         max_grad_diff=max((s["max_grad_diff"] for s in steps), default=None),
+        # the worst gradient in units of its own tolerance (the parity rule's), over the steps
+        worst_ratio=max(
+            (s["worst"].get("max_abs_diff", float("inf")) / s["worst"]["tol"] for s in steps), default=None
+        ),
         wall_s=c["wall_s"],
         error=c.get("error"),
         root_cause=c.get("root_cause"),
@@ -105,7 +109,9 @@ def _record(model: str, res: dict, launch: dict) -> dict:
     res = {k: v for k, v in res.items() if k != "model"}
     configs = [_summary(c) for c in res.pop("configs")]
     controls = res.pop("negative_controls")
-    status = worst_status(*[c["status"] for c in configs], *["PASS" if c["caught"] else "FAIL" for c in controls])
+    replays = res.pop("replays", [])
+    caught = ["PASS" if c["caught"] else "FAIL" for c in controls + replays]
+    status = worst_status(*[c["status"] for c in configs], *caught)
     return phase_record(
         model,
         "parallelism",
@@ -123,6 +129,21 @@ def _record(model: str, res: dict, launch: dict) -> dict:
                 dtype=c.get("dtype", "float32"),
             )
             for c in controls
+        ],
+        replays=[
+            dict(
+                name=r["name"],
+                pr=r["pr"],
+                config=r["config"],
+                config_status=r["config_status"],
+                caught=r["caught"],
+                caught_by=r["caught_by"],
+                figure=r.get("error"),
+                status=r["status"],
+                fidelity=r["fidelity"],
+                wall_s=r["wall_s"],
+            )
+            for r in replays
         ],
         launch=launch,
         **res,

@@ -30,7 +30,8 @@ FLOORS = [
     {"sharding.rules"},
     {"sharding.apply"},
     {"sharding"},  # the index re-exports its modules' API
-    {"worker_controls"},  # the wrong plans phase 4's worker runs, from the plan language
+    # the wrong plans phase 4's worker runs, torchtitan's bugs it replays, torchtitan's load balancing it runs
+    {"worker_controls", "replays", "load_balancing"},
     {"alignment", "parallel_worker", "native.family", "gradients"},  # gradients: training, HF against Titan
     {"native.qwen3", "native.deepseek_v3", "native.gpt_oss", "native.load"},  # native: one module per family, and CPU
     {"native.mapping"},  # the table NATIVE, one row per family

@@ -5,15 +5,16 @@ import json
 
 import pytest
 
-from moe_bench.parallel_worker import parallel_test_model
+from moe_bench.parallel_worker import BALANCE_CONTROL, parallel_test_model
 from moe_bench.sharding import model_plan
 from moe_bench.worker_controls import negative_plans
 
 from conftest import REPO
 
-NOISE = "wrong noise rows"  # the sampling router's control: the worker's own, not a wrong plan
+# the worker's own controls, not wrong plans: a sampling router's noise rows, the load-balancing count's reduction
+OWN = ("wrong noise rows", BALANCE_CONTROL)
 RECORDS = {
-    p.parent.name: [(c["name"], c["expected"]) for c in rec["negative_controls"] if not c["name"].startswith(NOISE)]
+    p.parent.name: [(c["name"], c["expected"]) for c in rec["negative_controls"] if not c["name"].startswith(OWN)]
     for p in sorted((REPO / "reports").glob("*/parallelism.json"))
     if (rec := json.loads(p.read_text())).get("negative_controls")
 }

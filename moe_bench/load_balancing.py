@@ -29,9 +29,9 @@ class _Block(torch.nn.Module):
 
 
 def balanced(module: torch.nn.Module) -> bool:
-    """A Titan MoE whose `expert_bias_E` torchtitan's hook can update: one entry per counted expert. A prototype whose
-    bias spans other choices (zaya's router MLP: 9 entries, one per expert and one for skipping them, over 8 counted
-    experts) carries HF's bias, not torchtitan's balancing: the hook's update would not even fit it."""
+    """A Titan MoE whose `expert_bias_E` torchtitan's hook can update: one entry per counted choice (zaya's router MLP
+    counts its skip class beside its 8 experts: 9 of each). A bias that spans other choices than the count would not
+    even fit the hook's update, and is left to HF's own values."""
     bias = getattr(module, "expert_bias_E", None) if isinstance(module, MoE) else None
     return bias is not None and bias.shape == module.tokens_per_expert_E.shape
 

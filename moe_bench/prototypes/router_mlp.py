@@ -36,7 +36,8 @@ ROUTER_MLP_CORE_CHANGE = (
 
 SKIP_CLASS_CORE_CHANGE = (
     "skip_class: router classes beyond the experts, chosen as they are (expert_bias over every class) and routing "
-    "the token to no expert: expert 0 with weight 0, as HF hands it over (ZAYA)"
+    "the token to no expert: expert 0 with weight 0, as HF hands it over; tokens counted per class, so the loss-free "
+    "balancing moves the skip classes' bias as the experts' (ZAYA)"
 )
 
 
@@ -85,12 +86,16 @@ class MLPRouter(TokenChoiceTopKRouter):
 
     mlp: RouterMLP  # set on the instance by the expression that builds it
 
-    def forward(self, state_BLR: torch.Tensor, expert_bias_C: torch.Tensor | None = None):
-        "(top-k weights, their expert ids, scores of the E experts) from the router state (`RouterStateMoE.state`)."
+    def classes(self, state_BLR: torch.Tensor, expert_bias_C: torch.Tensor | None = None):
+        "(top-k weights, their class ids, scores of the C classes): the choice among experts and skip classes."
         scores_BLC = F.softmax(self.mlp(state_BLR), dim=-1)  # C = E experts, then the skip classes
         choice_BLC = scores_BLC.float() if expert_bias_C is None else scores_BLC.float() + expert_bias_C
         _, topk_ids_BLK = titan_moe.torch.topk(choice_BLC, k=self.top_k, dim=-1, sorted=False)
-        topk_scores_BLK = scores_BLC.gather(dim=-1, index=topk_ids_BLK)  # no renormalisation, no scale
+        return scores_BLC.gather(dim=-1, index=topk_ids_BLK), topk_ids_BLK, scores_BLC  # no renormalisation, no scale
+
+    def forward(self, state_BLR: torch.Tensor, expert_bias_C: torch.Tensor | None = None):
+        "(top-k weights, their expert ids, scores of the E experts) from the router state (`RouterStateMoE.state`)."
+        topk_scores_BLK, topk_ids_BLK, scores_BLC = self.classes(state_BLR, expert_bias_C)
         skip_BLK = topk_ids_BLK >= self.num_experts  # the one change: routed nowhere
         return (
             topk_scores_BLK.masked_fill(skip_BLK, 0),
@@ -114,7 +119,13 @@ class RouterStateMoE(MoE):
     def routed(self, x_BLD: torch.Tensor, carried_BLR: torch.Tensor | None = None):
         "(output, router state for the next MoE layer)."
         state_BLR = self.state(x_BLD, carried_BLR)
+        # the router's module call hands the experts HF's view (a skip as expert 0 weighted 0), which cannot be counted
         out_BLD = self.routed_experts(x_BLD, *route(self, state_BLR, count=False))
+        if self.training:  # torchtitan's count, per class (`tokens_per_expert_E` holds C): the choice taken again
+            with torch.no_grad():
+                _, class_ids_BLK, scores_BLC = self.router.classes(state_BLR, self.expert_bias_E)
+                chosen_BLC = torch.zeros_like(scores_BLC, dtype=torch.bool).scatter_(-1, class_ids_BLK, True)
+                self.tokens_per_expert_E.add_(chosen_BLC.sum(dim=(0, 1)))
         return out_BLD, state_BLR
 
     def forward(self, x_BLD: torch.Tensor, carried_BLR: torch.Tensor | None = None) -> torch.Tensor:
@@ -167,9 +178,8 @@ def _build_router_mlp(block: nn.Module, probe: MoEProbe, gate_float32: bool = Tr
         titan.state_scale_R = None if scale is None else nn.Parameter(torch.empty_like(scale))
     titan.router.__class__, titan.__class__ = MLPRouter, RouterStateMoE
     gate_float32 = gate_float32 and probe.router_gate_dtype == "float32"
-    return load_titan_state_(
-        titan, hf_block_to_titan(block.state_dict(), probe), probe.num_experts, gate_float32, share
-    )
+    state = hf_block_to_titan(block.state_dict(), probe)  # tokens counted per class: the skip classes too
+    return load_titan_state_(titan, state, probe.num_router_classes, gate_float32, share)
 
 
 def skip_classes_exercised_(

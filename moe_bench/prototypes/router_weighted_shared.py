@@ -144,7 +144,7 @@ class RouterWeightedSharedMoE(MoE):
 
     def forward(self, x_BLD: torch.Tensor) -> torch.Tensor:
         # the module call (what hooks and the gap analysis's patches see), then `weights` for the shared experts' part
-        topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E = route(self, x_BLD, count=False)
+        topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E = route(self, x_BLD)
         shared_weights_BLS = self.router.weights(x_BLD, self.expert_bias_E)[3]
         out_BLD = self.routed_experts(x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E)
         return out_BLD + self.shared_experts(x_BLD, shared_weights_BLS)

@@ -37,13 +37,13 @@ from .prototypes import expression_of
 # %% auto #0
 __all__ = ['PASS_KL', 'WARN_KL', 'HF_RELATIVE', 'COMPARE_BYTES_PER_PARAM', 'IN_MODEL_BYTES_PER_PARAM', 'MODALITY_PREFIX',
            'MUTATIONS', 'DTYPES', 'F32_COMBINE', 'REFERENCE_DTYPE', 'verdict', 'output_metrics', 'rel_l2',
-           'eager_experts', 'upcast_in_place', 'hf_float64_output', 'strict', 'in_hf_units', 'logit_metrics',
-           'hf_router_gate_float32', 'hf_router_gate', 'hf_routers_gate', 'capture_topk_ids', 'routing_agreement',
-           'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block', 'memory_shortfall', 'HFReference',
-           'hf_reference', 'compare_moe_block', 'swap_gate_up', 'mutations', 'first_mutation', 'StrictRefs',
-           'experts_in_input_dtype', 'strict_runs', 'mutation_sweep', 'strict_refs', 'extension_check',
-           'with_extension', 'cast_floats', 'layer_reference', 'layer_with', 'InModelRun', 'check_ids', 'hf_in_model',
-           'compare_in_model', 'in_model_strict', 'in_model_check', 'compare_in_layer']
+           'experts_kernel', 'eager_experts', 'upcast_in_place', 'hf_float64_output', 'strict', 'in_hf_units',
+           'logit_metrics', 'hf_router_gate_float32', 'hf_router_gate', 'hf_routers_gate', 'capture_topk_ids',
+           'routing_agreement', 'meta_moe_block', 'materialize_', 'moe_input', 'synthetic_moe_block',
+           'memory_shortfall', 'HFReference', 'hf_reference', 'compare_moe_block', 'swap_gate_up', 'mutations',
+           'first_mutation', 'StrictRefs', 'experts_in_input_dtype', 'strict_runs', 'mutation_sweep', 'strict_refs',
+           'extension_check', 'with_extension', 'cast_floats', 'layer_reference', 'layer_with', 'InModelRun',
+           'check_ids', 'hf_in_model', 'compare_in_model', 'in_model_strict', 'in_model_check', 'compare_in_layer']
 
 # %% ../nbs/00h_compare.ipynb #4516c348
 PASS_KL, WARN_KL = 1e-6, 1e-3  # the spec's fixed thresholds; never to be loosened
@@ -87,13 +87,19 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
-def eager_experts(module: nn.Module) -> nn.Module:
-    "`module` (a copy) with HF's own eager experts loop: HF's grouped_mm kernel has no float64."
+def experts_kernel(module: nn.Module, kernel: str) -> nn.Module:
+    "`module` (a copy) with HF's own experts implementation `kernel` (`eager`, `grouped_mm`, `batched_mm`), chosen"
+    " as HF's config chooses it."
     for m in module.modules():
         if hasattr(getattr(m, "config", None), "_experts_implementation"):
             m.config = copy.copy(m.config)  # the copy's own config: the original's kernel choice stays as it was
-            m.config._experts_implementation = "eager"
+            m.config._experts_implementation = kernel
     return module
+
+
+def eager_experts(module: nn.Module) -> nn.Module:
+    "`module` (a copy) with HF's own eager experts loop: HF's grouped_mm kernel has no float64."
+    return experts_kernel(module, "eager")
 
 
 @contextmanager

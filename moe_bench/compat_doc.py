@@ -398,6 +398,8 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
         "The judged MoE layer of the tiny-width model, trained by HF and by the Titan module that expresses it, on the",
         "same input and loss: every gradient of the MoE's learned tensors in HF's keys (through the expression's export),",
         "float32 against HF float64 and bfloat16 against HF float32, in units of HF's own error (bound 4, per tensor),",
+        "HF's own error being the largest over HF's own runs (the batch as given, its sequences swapped, each other",
+        "experts kernel transformers offers on CPU, and for the native models each other attention it accepts),",
         "then the weights' move and the gradients after each of 3 SGD steps (float32). Four gradient mutations (score",
         "detached, shared-expert gradient dropped, learned bias frozen, loss normaliser wrong) must each FAIL where they",
         "apply. torchtitan's loss-free balancing (`expert_bias_E`) has no HF counterpart and is not run here. `aux loss`",

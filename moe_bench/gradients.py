@@ -19,6 +19,7 @@ from moe_bench.compare import (
     check_ids,
     eager_experts,
     experts_in_input_dtype,
+    experts_kernel,
     hf_routers_gate,
     in_hf_units,
     layer_with,
@@ -30,10 +31,10 @@ from .hf import moe_block
 from .prototypes import MoELayer
 
 # %% auto #0
-__all__ = ['STEPS', 'OPTIMIZER', 'MUTATION_SITES', 'GRADIENT_MUTATIONS', 'judge_tensors', 'optimizer_for', 'displacement',
-           'storage_rounding', 'moe_loss', 'learned_bias', 'mutated', 'TrainingInput', 'SideRun', 'hf_parameters',
-           'hf_side', 'titan_in_hf_keys', 'titan_side', 'training_input', 'sequences_swapped', 'step_checks',
-           'mutation_checks', 'training_check']
+__all__ = ['STEPS', 'OPTIMIZER', 'MUTATION_SITES', 'GRADIENT_MUTATIONS', 'HF_EXPERTS_KERNELS', 'judge_tensors', 'optimizer_for',
+           'displacement', 'storage_rounding', 'moe_loss', 'learned_bias', 'mutated', 'TrainingInput', 'SideRun',
+           'hf_parameters', 'hf_side', 'titan_in_hf_keys', 'titan_side', 'training_input', 'sequences_swapped',
+           'other_experts_kernels', 'step_checks', 'mutation_checks', 'training_check']
 
 # %% ../nbs/00k_gradients.ipynb #ff36f7e5
 def _judge_one(
@@ -198,11 +199,19 @@ def hf_parameters(layer: nn.Module, moe: MoELayer) -> dict:
     return {k: by_storage[t.data_ptr(), t.shape] for k, t in state.items() if (t.data_ptr(), t.shape) in by_storage}
 
 
-def hf_side(moe: MoELayer, data: TrainingInput, dtype: torch.dtype, steps: int = STEPS) -> SideRun:
+def hf_side(
+    moe: MoELayer,
+    data: TrainingInput,
+    dtype: torch.dtype,
+    steps: int = STEPS,
+    kernel: str | None = None,  # another of HF's experts implementations (`HF_EXPERTS_KERNELS`); None: its default
+) -> SideRun:
     "HF's MoE layer, a copy in `dtype`, trained: its router gate as in every run, its eager experts loop in float64."
     hf = cast_copy(moe.layer, dtype)
     if dtype == torch.float64:
         eager_experts(hf)
+    elif kernel is not None:
+        experts_kernel(hf, kernel)
     params = hf_parameters(hf, moe)
     read = lambda grads: {k: (_grad_or_zero(p) if grads else p).detach().clone() for k, p in params.items()}  # noqa: E731
     output = moe.expression.hf_output(hf, moe.attr, moe.probe)
@@ -286,6 +295,16 @@ def sequences_swapped(data: TrainingInput) -> TrainingInput:
     target = data.target.reshape(data.num_sequences, -1).flip(0).reshape(data.target.shape)
     return data._replace(called=called, target=target)
 
+
+HF_EXPERTS_KERNELS = ("grouped_mm", "batched_mm", "eager")  # transformers' experts implementations that run on CPU
+
+
+def other_experts_kernels(module: nn.Module) -> list[str]:
+    "HF's other experts implementations for `module`: none where no experts module in it dispatches on its config."
+    dispatching = [m for m in module.modules() if hasattr(m, "is_concatenated") and hasattr(m, "has_gate")]
+    current = {m.config._experts_implementation for m in dispatching}  # the decorator's own attributes, above
+    return [k for k in HF_EXPERTS_KERNELS if dispatching and k not in current]
+
 # %% ../nbs/00k_gradients.ipynb #661e1995
 def _brief(j: dict) -> dict:
     return {k: j[k] for k in ("status", "worst", "failed")}
@@ -331,8 +350,11 @@ def training_check(
     "HF's backward and optimizer steps against the expression's Titan module's, in HF's keys: figures and verdicts."
     data = training_input(model, moe, seed, train)
     hf64 = hf_side(moe, data, torch.float64)
-    hf32 = [hf_side(moe, d, torch.float32) for d in (data, sequences_swapped(data))]  # HF's own rounding, twice
+    kernels = other_experts_kernels(moe.layer)  # HF's own rounding: another order, its other experts kernels
+    hf32 = [hf_side(moe, d, torch.float32) for d in (data, sequences_swapped(data))]
+    hf32 += [hf_side(moe, data, torch.float32, kernel=k) for k in kernels]
     hf16 = [hf_side(moe, d, torch.bfloat16, 0) for d in (data, sequences_swapped(data))]  # the first gradients only
+    hf16 += [hf_side(moe, data, torch.bfloat16, 0, kernel=k) for k in kernels]
     t32 = titan_side(moe, data, torch.float32, patched=patched)
     t16 = titan_side(moe, data, torch.bfloat16, 0, patched=patched)
     gradients = dict(
@@ -350,6 +372,7 @@ def training_check(
         loss=dict(titan_float32=t32.losses[0], hf_float32=hf32[0].losses[0], hf_float64=hf64.losses[0]),
         mutations=mutations,
         mutations_caught=f"{sum(m.get('caught', False) for m in mutations)}/{sum(m['applies'] for m in mutations)}",
+        hf_runs=["as given", "sequences swapped", *(f"experts {k}" for k in kernels)],
         tensors_compared=len(hf64.grads[0]),
         num_tokens=data.num_tokens,
     )

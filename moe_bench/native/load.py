@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from contextlib import contextmanager
 
 import torch
@@ -149,11 +150,20 @@ def gate_float32_(module: nn.Module) -> nn.Module:
 
 # %% ../../nbs/native/06_load.ipynb #24e8030e
 def hf_in(layer: nn.Module, dtype: torch.dtype) -> nn.Module:
-    "A copy of an HF module in `dtype` (float64: HF's eager experts loop, its grouped_mm has no float64)."
+    """A copy of an HF module in `dtype` (float64: HF's eager experts loop, its grouped_mm has no float64). A whole HF
+    model in bfloat16 or float16 keeps in float32 what `from_pretrained` keeps there for that dtype
+    (`_keep_in_fp32_modules_strict`: DeepSeek-V3's `e_score_correction_bias`), as HF's own bfloat16 model holds it."""
     out = cast_copy(layer, dtype)
     if dtype == FLOAT64:
         for m in out.modules():
             if hasattr(getattr(m, "config", None), "_experts_implementation"):
                 m.config = copy.copy(m.config)
                 m.config._experts_implementation = "eager"
+    keep = getattr(layer, "_keep_in_fp32_modules_strict", None) if dtype in (torch.bfloat16, torch.float16) else None
+    if keep:  # HF's dtype plan: a key matching one of the names stays float32, from the original
+        wanted = re.compile("|".join(re.escape(k) for k in keep))
+        originals = dict(layer.named_parameters()) | dict(layer.named_buffers())
+        for name, t in [*out.named_parameters(), *out.named_buffers()]:
+            if wanted.search(name) and t.is_floating_point():
+                t.data = originals[name].detach().to(torch.float32, copy=True)
     return out

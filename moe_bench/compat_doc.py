@@ -420,7 +420,7 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
             f"{t.get('mutations_caught', '-')} | {_aux_cell(t)} |"
         )
     definitions = {
-        d["hf"]: sorted(m for m, t in rows.items() if d in t.get("differences") or [])
+        d["hf"]: sorted(m for m, t in rows.items() if d in (t.get("differences") or []))
         for t in rows.values()
         for d in t.get("differences") or []
     }

@@ -62,7 +62,8 @@ __all__ = ['BATCH', 'SEQ_LEN', 'HF_ATTENTION', 'LOAD_BALANCING', 'TRAIN_MODE', '
            'load_hf_model', 'load_titan_model', 'training_ids', 'num_predicted', 'next_token_loss', 'hf_in_hf_keys',
            'titan_in_hf_keys', 'hf_routers', 'hf_gates_float32', 'hf_alternatives', 'hf_side', 'trainable_in',
            'moe_modules', 'titan_side', 'mutation_sites', 'mutation_rows', 'learned_tensors', 'exact_zeros',
-           'routing_choices', 'routing_rows', 'near_tie_flips', 'excuse_near_ties', 'open_training', 'native_training']
+           'routing_choices', 'routing_rows', 'near_tie_flips', 'excuse_near_ties', 'open_training', 'hf_runs',
+           'native_training']
 
 # %% ../../nbs/native/09_training.ipynb #095559b5
 from moe_bench.gradients import (
@@ -225,7 +226,7 @@ def hf_alternatives(hf: nn.Module) -> dict[str, nn.Module]:
             out[f"attention {attention}"] = twin
     return out
 
-
+# %% ../../nbs/native/09_training.ipynb #5e39a255
 def hf_side(hf: nn.Module, ids_BL: torch.Tensor, dtype: torch.dtype, steps: int = STEPS) -> SideRun:
     "HF's model, a copy in `dtype`, trained on `ids_BL`."
     model = hf_in(hf, dtype).train()
@@ -398,7 +399,7 @@ def near_tie_flips(hf: nn.Module, titan: nn.Module, mask, ids_BL: torch.Tensor) 
                 )
     return rows
 
-
+# %% ../../nbs/native/09_training.ipynb #0d9eba7a
 def excuse_near_ties(verdict: dict, flips: list[dict]) -> dict:
     "The bfloat16 verdict less the per-expert tensors that explained near-tie flips moved tokens between (recorded)."
     moved = {(f["layer"], e) for f in flips if f["explained"] for e in f["experts_moved"]}
@@ -433,6 +434,16 @@ def open_training(model: str, checkpoint: str) -> tuple:
         raise NativeUnsupported(f"attention_dropout = {ckpt.config.attention_dropout}: HF's train mode is random")
     return ckpt, load_hf_model(ckpt), load_titan_model(ckpt)
 
+# %% ../../nbs/native/09_training.ipynb #d1a26e7e
+def hf_runs(hf: nn.Module, ids_BL: torch.Tensor) -> tuple[list[str], SideRun, list[SideRun], list[SideRun]]:
+    "HF's own runs' names, its float64 reference, and its own float32 and bfloat16 runs (the unit of its own error)."
+    # the same sums with the sequences in the other order, and HF's other implementations
+    runs = {"as given": (hf, ids_BL), "sequences swapped": (hf, ids_BL.flip(0))}
+    runs |= {name: (alt, ids_BL) for name, alt in hf_alternatives(hf).items()}
+    hf32 = [hf_side(m, ids, FLOAT32) for m, ids in runs.values()]
+    hf16 = [hf_side(m, ids, BFLOAT16, 0) for m, ids in runs.values()]
+    return list(runs), hf_side(hf, ids_BL, FLOAT64), hf32, hf16
+
 # %% ../../nbs/native/09_training.ipynb #2102aa3c
 def native_training(
     model: str,  # HF model type: qwen3_moe, deepseek_v3 or gpt_oss
@@ -451,12 +462,7 @@ def native_training(
         return dict(status="UNSUPPORTED", reason=str(e))
     ids_BL = training_ids(ckpt, seed)
     mask = attention_masks(cfg, ids_BL.shape[1])
-    # HF's own rounding: the same sums with the sequences in the other order, and HF's other implementations
-    runs = {"as given": (hf, ids_BL), "sequences swapped": (hf, ids_BL.flip(0))}
-    runs |= {name: (alt, ids_BL) for name, alt in hf_alternatives(hf).items()}
-    hf64 = hf_side(hf, ids_BL, FLOAT64)
-    hf32 = [hf_side(m, ids, FLOAT32) for m, ids in runs.values()]
-    hf16 = [hf_side(m, ids, BFLOAT16, 0) for m, ids in runs.values()]
+    runs, hf64, hf32, hf16 = hf_runs(hf, ids_BL)
     t32, t16 = titan_side(titan, adapter, mask, ids_BL, FLOAT32), titan_side(titan, adapter, mask, ids_BL, BFLOAT16, 0)
     gradients = dict(
         float32=judge_tensors(t32.grads[0], [h.grads[0] for h in hf32], hf64.grads[0], FLOAT32),
@@ -481,7 +487,7 @@ def native_training(
         ),
         loss=dict(titan_float32=t32.losses, hf_float32=hf32[0].losses, hf_float64=hf64.losses)
         | dict(titan_bfloat16=t16.losses[0], hf_bfloat16=hf16[0].losses[0]),
-        hf_runs=list(runs),
+        hf_runs=runs,
         gradients={
             k: _brief(g) | {x: g[x] for x in ("rows", "excused", "flips") if x in g} for k, g in gradients.items()
         },

@@ -103,7 +103,7 @@ class MLPRouter(TokenChoiceTopKRouter):
             scores_BLC[..., : self.num_experts],
         )
 
-
+# %% ../../nbs/prototypes/13_router_mlp.ipynb #aa27351a
 class RouterStateMoE(MoE):
     "Prototype of router_state_carry: torchtitan's `MoE` routing on its gate's output plus the carried router state."
 

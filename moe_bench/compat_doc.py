@@ -315,6 +315,16 @@ def _pretrained_section(records: dict[str, dict[str, dict]]) -> list[str]:
     return lines
 
 
+def _export_cell(export: dict | None) -> str:
+    "The native table's export cell: exactness over the keys, mutations caught, and phase 3b on the written folder."
+    if not export:
+        return "-"
+    one, rows = export["one_process"], [m for m in export["mutations"] if m["applies"]]
+    exact = f"{one['keys'] - len(one['differ']) - len(one['missing'])}/{one['keys']} exact"
+    caught = f"{sum(bool(m['caught']) for m in rows)}/{len(rows)} mutations"
+    return f"{export['status']} ({exact}, {caught}, 3b {export.get('pretrained', {}).get('status', '-')})"
+
+
 def _native_section(records: dict[str, dict[str, dict]]) -> list[str]:
     "The native-model table: torchtitan's own model built from an HF checkpoint, against HF, and what it took."
     rows = {m: r["native"] for m, r in records.items() if "native" in r}
@@ -330,8 +340,11 @@ def _native_section(records: dict[str, dict[str, dict]]) -> list[str]:
         "`random missed` lists the negative controls the same check on random weights would have let pass.",
         "torchtitan 0.3.0's `qwen3_5` imports a GPU-only package and is out of scope on this CPU machine.",
         "",
-        "| model | Titan model | status | worst ratio f32 | worst ratio bf16 | top-1 f32 | top-1 bf16 (HF's own) | controls caught | random missed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "`export`: Titan's model written back through the adapter's `to_hf` against the checkpoint (every key, every value",
+        "bit for bit), the export mutations caught, and phase 3b on the folder it writes.",
+        "",
+        "| model | Titan model | status | worst ratio f32 | worst ratio bf16 | top-1 f32 | top-1 bf16 (HF's own) | controls caught | random missed | export |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m, n in rows.items():
         s = n.get("summary") or {}
@@ -343,7 +356,7 @@ def _native_section(records: dict[str, dict[str, dict]]) -> list[str]:
         lines.append(
             f"| {m} | {n.get('family', {}).get('titan_model', '-')} | {n['status']} | {_fmt(s.get('worst_ratio_float32'), '.3f')} | "
             f"{_fmt(s.get('worst_ratio_bfloat16'), '.3f')} | {s.get('top1_float32', 0):.1%} | "
-            f"{s.get('top1_bfloat16', 0):.1%} ({s.get('top1_hf_bfloat16', 0):.1%}) | {n.get('controls_caught')} | {', '.join(missed) or '-'} |"
+            f"{s.get('top1_bfloat16', 0):.1%} ({s.get('top1_hf_bfloat16', 0):.1%}) | {n.get('controls_caught')} | {', '.join(missed) or '-'} | {_export_cell(n.get('export'))} |"
         )
     lines += ["", "What each family needed, and each negative control's worst ratio (measured here):", ""]
     for m, n in rows.items():

@@ -5,7 +5,9 @@
 # %% ../../nbs/07_native.ipynb #ad13823f
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -23,13 +25,16 @@ from ..compare import HF_RELATIVE
 from ..core import peak_rss_gb, phase_record, worst_status
 from .compare import compare_native, native_verdict, past_bound
 from .controls import CONTROLS, random_controls, run_control
+from .export import export_record
 from .family import NativeFamily, NativeUnsupported, mapping_table, titan_values
 from .load import FLOAT32
 from .mapping import NATIVE, native_family
+from ..pretrained import pretrained_phase
 from ..trained import builtin_checkpoint
 
 # %% auto #0
-__all__ = ['CPU_ADAPTATIONS', 'NATIVE_MEMORY_PER_PARAMETER', 'failure_reason', 'family_record', 'open_native', 'native_phase']
+__all__ = ['CPU_ADAPTATIONS', 'NATIVE_MEMORY_PER_PARAMETER', 'failure_reason', 'family_record', 'open_native', 'export_checked',
+           'native_phase']
 
 # %% ../../nbs/07_native.ipynb #04c49559
 CPU_ADAPTATIONS = (
@@ -57,7 +62,9 @@ def _summary(res: dict, verdict: dict) -> dict:
     )
 
 # %% ../../nbs/07_native.ipynb #49fe3d18
-def failure_reason(verdict: dict, control_rows: list[dict], layers: list[dict] = ()) -> str | None:
+def failure_reason(
+    verdict: dict, control_rows: list[dict], layers: list[dict] = (), export: dict | None = None
+) -> str | None:
     "Why the native phase fails, in a few words (None when it does not): where a ratio is NaN, the first divergence, a missed control."
     words = []
     for dtype in ("float32", "bfloat16"):
@@ -80,6 +87,13 @@ def failure_reason(verdict: dict, control_rows: list[dict], layers: list[dict] =
     missed = [r["control"] for r in control_rows if not r["caught"]]
     if missed:
         words.append(f"controls not caught: {', '.join(missed)}")
+    if export and export["status"] != "PASS":
+        one = export["one_process"]
+        words.append(
+            f"export to HF's keys not exact ({len(one['missing'])} missing, {len(one['extra'])} extra, "
+            f"{len(one['differ'])} differ; mutations missed: {export['mutations_missed'] or 'none'}; "
+            f"HF loading {export.get('hf_loading', {}).get('status')}; 3b on it {export['pretrained']['status']})"
+        )
     return "; ".join(words) or None
 
 # %% ../../nbs/07_native.ipynb #2d1bc2b0
@@ -118,6 +132,16 @@ def open_native(model: str, checkpoint: str, seed: int) -> tuple:
     ids_BL, source = input_ids(ckpt, seed=seed)
     return ckpt, memory, family, ids_BL, source
 
+# %% ../../nbs/07_native.ipynb #0189e394
+def export_checked(model: str, ckpt) -> dict:
+    "The export's record (`export_record`), its folder written to a temporary folder and run through phase 3b there."
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = export_record(ckpt, Path(tmp) / "export")
+        three_b = pretrained_phase(model, rec["folder"])[0]
+    rec["folder"] = "written to a temporary folder, removed after phase 3b ran on it"
+    rec["pretrained"] = {k: three_b.get(k) for k in ("status", "status_strict", "reason")}
+    return rec | dict(status=worst_status(rec["status"], three_b["status"]))
+
 # %% ../../nbs/07_native.ipynb #3ffcade8
 def native_phase(
     model: str,  # HF model type (the checkpoint must be of it)
@@ -146,12 +170,17 @@ def native_phase(
     applicable = [c for c in CONTROLS if c.applies(ckpt.config)]
     control_rows = [run_control(ckpt, ids_BL, c) for c in applicable] if controls else []
     random_rows = random_controls(ckpt, ids_BL, applicable) if controls and random_baseline else []
-    status = worst_status(verdict["status"], *("PASS" if r["caught"] else "FAIL" for r in control_rows))
+    export = export_checked(model, ckpt) if controls else None  # the way back, as the controls: a full run's part
+    status = worst_status(
+        verdict["status"],
+        *("PASS" if r["caught"] else "FAIL" for r in control_rows),
+        *([export["status"]] if export else []),
+    )
     return phase_record(
         model,
         "native",
         status,
-        reason=failure_reason(verdict, control_rows, res["layers"]) if status != "PASS" else None,
+        reason=failure_reason(verdict, control_rows, res["layers"], export) if status != "PASS" else None,
         verdict=verdict,
         summary=_summary(res, verdict),
         family=family_record(family),
@@ -165,6 +194,7 @@ def native_phase(
         logits=res["logits"],
         controls=control_rows,
         controls_caught=all(r["caught"] for r in control_rows) if control_rows else None,
+        export=export,
         random_weights=random_rows,
         cpu_adaptations=list(CPU_ADAPTATIONS),
         thresholds=dict(hf_relative=HF_RELATIVE, top1_float32=1.0),

@@ -320,7 +320,7 @@ def compare_moe_block(
     if titan_transform is not None:  # assigned, not copied in: a copy would write through the views into HF's block
         titan.load_state_dict(titan_transform(dict(titan.state_dict())), strict=True, assign=True)
     if extension is not None:
-        extension.install(titan)
+        extension.install(titan, probe)
     with torch.no_grad(), capture_topk_ids(None, titan.router) as ids:
         out_BLD = titan(ref.x_BLD)
     metrics = output_metrics(ref.out_BLD, out_BLD)
@@ -718,7 +718,7 @@ def compare_in_model(
     "Figures and both verdicts of the expression's Titan module in a copy of HF's layer, on the layer's input in `run`."
     module = expression.build(moe_block(run.layer), probe)  # its own contiguous copies, as training holds them
     if extension is not None:
-        extension.install(module)
+        extension.install(module, probe)
     if titan_transform is not None:  # a rewrite may be a view of the tensor it is loaded into (a square layout
         own = dict(module.state_dict())  # transposed, muse_spark's experts): such a one is copied first
         storages = {t.untyped_storage().data_ptr() for t in own.values()}

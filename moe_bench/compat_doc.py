@@ -428,7 +428,7 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
         f32, bf16 = (g.get(dt, {}).get("worst") or {} for dt in ("float32", "bfloat16"))
         steps = "/".join(s["status"] for s in t.get("steps") or []) or "-"
         lines.append(
-            f"| {m} | {_expressed_by(t)} | {t['status']} | {t.get('status_with_prototype') or '-'} | "
+            f"| {m} | {_expressed_by(t)} | {t['status']} | {t.get('status_with_prototype') or t.get('status_with_extension') or '-'} | "
             f"{_fmt(f32.get('ratio'), '.3f')} ({f32.get('key', '-')}) | {_fmt(bf16.get('ratio'), '.3f')} | {steps} | "
             f"{t.get('mutations_caught', '-')} | {_aux_cell(t)} |"
         )

@@ -133,14 +133,22 @@ def open_native(model: str, checkpoint: str, seed: int) -> tuple:
     return ckpt, memory, family, ids_BL, source
 
 # %% ../../nbs/07_native.ipynb #0189e394
+def _three_b(rec: dict) -> dict:
+    "What phase 3b found: its verdicts and its figures (every MoE layer's and the logits')."
+    return {k: rec.get(k) for k in ("status", "status_strict", "reason", "summary", "logits")}
+
+
 def export_checked(model: str, ckpt) -> dict:
-    "The export's record (`export_record`), its folder written to a temporary folder and run through phase 3b there."
+    """The export's record (`export_record`), its folder written to a temporary folder and run through phase 3b there:
+    the folder must give what the checkpoint gives (3b's verdicts and figures the same, its strict verdict PASS)."""
     with tempfile.TemporaryDirectory() as tmp:
         rec = export_record(ckpt, Path(tmp) / "export")
-        three_b = pretrained_phase(model, rec["folder"])[0]
+        exported_3b = _three_b(pretrained_phase(model, rec["folder"])[0])
+    source_3b = _three_b(pretrained_phase(model, str(ckpt.folder))[0])
+    same = exported_3b == source_3b and exported_3b["status_strict"] == "PASS"
     rec["folder"] = "written to a temporary folder, removed after phase 3b ran on it"
-    rec["pretrained"] = {k: three_b.get(k) for k in ("status", "status_strict", "reason")}
-    return rec | dict(status=worst_status(rec["status"], three_b["status"]))
+    rec["pretrained"] = dict(status="PASS" if same else "FAIL", exported=exported_3b, checkpoint=source_3b)
+    return rec | dict(status=worst_status(rec["status"], rec["pretrained"]["status"]))
 
 # %% ../../nbs/07_native.ipynb #3ffcade8
 def native_phase(

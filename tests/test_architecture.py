@@ -38,6 +38,7 @@ FLOORS = [
     {"native.compare"},
     {"native.controls"},
     {"native.training"},  # training parity of the native model against HF
+    {"native.parallel"},  # the native model under torchtitan's own parallelize (torchrun), and its sharded export
     {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism", "native.phase"},  # the phases
     {"native"},  # the native package's index, which re-exports its modules' names (the runner imports the phase here)
     {"report_pages"},  # the HTML pages of every record, for the index and the runner

@@ -39,6 +39,7 @@ FLOORS = [
     {"native.controls"},
     {"native.training"},  # training parity of the native model against HF
     {"native.export"},  # the native model written back in HF's keys, exactly
+    {"native.parallel"},  # the native model under torchtitan's own parallelize (torchrun), and its sharded export
     {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism"},  # the phases
     {"native.phase"},  # the native phase: it runs phase 3b on the folder the export writes
     {"native"},  # the native package's index, which re-exports its modules' names (the runner imports the phase here)

@@ -15,7 +15,7 @@ def _launch(model: str) -> dict:
     assert rec["hf_loss"]["status"] == "PASS", rec["hf_loss"]
     exports = rec["exports"]
     assert sorted({e["config"] for e in exports}) == sorted(EXPORT_CONFIGS)
-    assert all(e["status"] == "PASS" and not e["differ"] for e in exports if not e.get("mutation")), exports
+    assert all(e["status"] == "PASS" and not e["differ_count"] for e in exports if not e.get("mutation")), exports
     assert all(e["caught"] for e in exports if e.get("mutation"))
     assert rec["controls"] and all(c["caught"] for c in rec["controls"]), rec["controls"]
     caught_by = {c["name"]: c["caught_by"] for c in rec["controls"]}

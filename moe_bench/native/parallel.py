@@ -29,9 +29,9 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 __all__ = ['PARALLELIZE', 'ROWS', 'STEPS', 'SPMD_BACKEND', 'TRAINING', 'SETTINGS', 'CONTROLS', 'OPTIMIZER', 'TOLERANCE',
            'EXPORT_MUTATIONS', 'EXPORT_CONFIGS', 'native_batch', 'native_configs', 'parallelism_config',
            'parallel_dims', 'sharded_model', 'Logits', 'titan_optimizers', 'native_train_steps', 'optimizer_rows',
-           'native_compare', 'gathered_state', 'drop_one_shard', 'wrong_dim_concat', 'export_check', 'export_rows',
-           'scaled_biases', 'sum_scaled_bias_grads_', 'run_native_config', 'hf_loss_check', 'native_reference',
-           'family_results', 'worker', 'launch_native', 'native_record', 'native_parallel']
+           'native_compare', 'gathered_state', 'drop_one_shard', 'wrong_dim_concat', 'sharded_export_check',
+           'export_rows', 'scaled_biases', 'sum_scaled_bias_grads_', 'run_native_config', 'hf_loss_check',
+           'native_reference', 'family_results', 'worker', 'launch_native', 'native_record', 'native_parallel']
 
 # %% ../../nbs/native/10_parallel.ipynb #c04c0c04
 from torchtitan.components.loss import cross_entropy_loss
@@ -49,6 +49,7 @@ from .. import cpu_compat
 from ..checkpoint import checkpoint_name, model_logits
 from ..core import phase_record, worst_status
 from ..load_balancing import balance_part, balance_row, balance_state, counts_the_hook_reduces, expert_biases
+from .export import export_check
 from .family import build_native
 from .load import attention_masks, gate_float32_
 from .mapping import NATIVE, native_family, titan_config
@@ -383,34 +384,20 @@ EXPORT_MUTATIONS = {"one shard dropped": drop_one_shard, "shards concatenated on
 EXPORT_CONFIGS = ("TP", "FSDP+EP", "FSDP+TP+EP")
 
 # %% ../../nbs/native/10_parallel.ipynb #7b1139d2
-def export_check(titan: nn.Module, adapter, disk: dict, gather=None) -> dict:
-    "The sharded model gathered, through the family's `to_hf`, against the checkpoint's tensors on disk: keys and bits."
-    out = adapter.to_hf(gathered_state(titan, gather))
-    missing, extra = sorted(set(disk) - set(out)), sorted(set(out) - set(disk))
-    differ = sorted(
-        k
-        for k in set(disk) & set(out)
-        if out[k].shape != disk[k].shape or not torch.equal(out[k].to(disk[k].dtype), disk[k])
-    )
+def sharded_export_check(titan: nn.Module, adapter, disk: dict, gather=None) -> dict:
+    "The sharded model gathered, through the family's `to_hf`, against the checkpoint (`native.export.export_check`)."
+    check = export_check(adapter.to_hf(gathered_state(titan, gather)), disk)
     sharded = [
         t for t in titan.state_dict().values() if isinstance(t, DTensor) and any(p.is_shard() for p in t.placements)
     ]
-    return dict(
-        status="PASS" if not (missing or extra or differ) else "FAIL",
-        keys=len(disk),
-        sharded_tensors=len(sharded),
-        missing=missing[:8],
-        extra=extra[:8],
-        differ=len(differ),
-        differ_keys=differ[:8],
-    )
+    return check | dict(sharded_tensors=len(sharded), differ=check["differ"][:8], differ_count=len(check["differ"]))
 
 
 def export_rows(titan: nn.Module, adapter, disk: dict, config: str) -> list[dict]:
     "The export check of a sharded model, then each mutation of the gathering (`caught` where it FAILs)."
-    rows = [dict(config=config, gather="full_tensor") | export_check(titan, adapter, disk)]
+    rows = [dict(config=config, gather="full_tensor") | sharded_export_check(titan, adapter, disk)]
     for name, gather in EXPORT_MUTATIONS.items():
-        r = export_check(titan, adapter, disk, gather)
+        r = sharded_export_check(titan, adapter, disk, gather)
         rows.append(dict(config=config, gather=name, mutation=True, caught=r["status"] == "FAIL") | r)
     return rows
 

@@ -21,7 +21,7 @@ __all__ = ['PHASE_FILES', 'IN_SCOPE', 'PHASE_COLUMNS', 'INDEX_STYLE', 'INDEX_SCR
            'reason_of', 'verdicts', 'not_pass_reason', 'compat_doc', 'unexplained', 'index_html', 'write_docs']
 
 # %% ../nbs/05_compat_doc.ipynb #2eb15785
-PHASE_FILES = ("probe", "config", "equivalence", "gap_analysis", "training", "pretrained", "native", "parallelism")
+PHASE_FILES = ("probe", "config", "equivalence", "gap_analysis", "training", "pretrained", "native", "native_parallel", "parallelism")
 
 
 def load_records(root: str | os.PathLike = "") -> dict[str, dict[str, dict]]:
@@ -368,6 +368,44 @@ def _native_section(records: dict[str, dict[str, dict]]) -> list[str]:
     return lines
 
 
+def _native_parallel_section(records: dict[str, dict[str, dict]]) -> list[str]:
+    "torchtitan's native models under torchtitan's own parallelize: per configuration, its parity and wall time."
+    rows = {m: r["native_parallel"] for m, r in records.items() if "native_parallel" in r}
+    if not rows:
+        return []
+    first = next(iter(rows.values()))
+    names = [c["name"] for c in first.get("configs") or []]
+    lines = [
+        "",
+        "### Under torchtitan's own parallelism",
+        "",
+        f"torchtitan's native model of each family under its own parallelize function ({first.get('world_size')} "
+        f"{first.get('backend')} processes, `{first.get('spmd_backend')}`), {first.get('steps')} steps of torchtitan's "
+        "optimizer with its load-balancing hook where the MoE has an expert bias: per step the loss and every gradient "
+        "against one process, within 4 times one process's own rounding under the same re-association (phase 4's "
+        "rule); the first loss against HF's; the sharded model gathered and exported through `to_hf` against the "
+        "checkpoint bit for bit, with gathering mutations; controls that must FAIL. Cells: status (worst ratio to the "
+        "bound, wall s).",
+        "",
+        "| model | status | " + " | ".join(names) + " | HF first loss | sharded exports | controls caught | fixed by prototype |",
+        "|---|---|" + "---|" * len(names) + "---|---|---|---|",
+    ]
+    for m, n in rows.items():
+        cells = {c["name"]: f"{c['status']} ({_fmt(c.get('worst_ratio'), '.2f')}, {c.get('wall_s')})" for c in n["configs"]}
+        exports = [e for e in n.get("exports") or [] if not e.get("mutation")]
+        mutations = [e for e in n.get("exports") or [] if e.get("mutation")]
+        controls = n.get("controls") or []
+        fixed = ", ".join(f"{c['name']} {c['status']}" for c in n.get("fixed") or []) or "-"
+        lines.append(
+            f"| {m} | {n['status']} | " + " | ".join(cells.get(name, "-") for name in names) + " | "
+            f"{(n.get('hf_loss') or {}).get('status', '-')} | "
+            f"{sum(e['status'] == 'PASS' for e in exports)}/{len(exports)} exact, "
+            f"{sum(bool(e['caught']) for e in mutations)}/{len(mutations)} mutations caught | "
+            f"{sum(bool(c['caught']) for c in controls)}/{len(controls)} | {fixed} |"
+        )
+    return lines
+
+
 def _mutation_section(records: dict[str, dict[str, dict]]) -> list[str]:
     "The mutation sweep per compared type: mutations tried, caught by the strict verdict, and by the spec's KL alone."
     swept = {  # the core's block sweep, or the sweep inside the model of the prototype that holds the block
@@ -544,7 +582,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     lines += _mutation_section(records)
     lines += _training_section(records)
     lines += _pretrained_section(records)
-    lines += _native_section(records)
+    lines += _native_section(records) + _native_parallel_section(records)
     lines += ["", "## Architectural Differences per Model", ""]
     for m, r in compared.items():
         lines += _arch_section(m, r)

@@ -21,7 +21,17 @@ __all__ = ['PHASE_FILES', 'IN_SCOPE', 'PHASE_COLUMNS', 'INDEX_STYLE', 'INDEX_SCR
            'reason_of', 'verdicts', 'not_pass_reason', 'compat_doc', 'unexplained', 'index_html', 'write_docs']
 
 # %% ../nbs/05_compat_doc.ipynb #2eb15785
-PHASE_FILES = ("probe", "config", "equivalence", "gap_analysis", "training", "pretrained", "native", "native_parallel", "parallelism")
+PHASE_FILES = (
+    "probe",
+    "config",
+    "equivalence",
+    "gap_analysis",
+    "training",
+    "pretrained",
+    "native",
+    "native_parallel",
+    "parallelism",
+)
 
 
 def load_records(root: str | os.PathLike = "") -> dict[str, dict[str, dict]]:
@@ -387,11 +397,15 @@ def _native_parallel_section(records: dict[str, dict[str, dict]]) -> list[str]:
         "checkpoint bit for bit, with gathering mutations; controls that must FAIL. Cells: status (worst ratio to the "
         "bound, wall s).",
         "",
-        "| model | status | " + " | ".join(names) + " | HF first loss | sharded exports | controls caught | fixed by prototype |",
+        "| model | status | "
+        + " | ".join(names)
+        + " | HF first loss | sharded exports | controls caught | fixed by prototype |",
         "|---|---|" + "---|" * len(names) + "---|---|---|---|",
     ]
     for m, n in rows.items():
-        cells = {c["name"]: f"{c['status']} ({_fmt(c.get('worst_ratio'), '.2f')}, {c.get('wall_s')})" for c in n["configs"]}
+        cells = {
+            c["name"]: f"{c['status']} ({_fmt(c.get('worst_ratio'), '.2f')}, {c.get('wall_s')})" for c in n["configs"]
+        }
         exports = [e for e in n.get("exports") or [] if not e.get("mutation")]
         mutations = [e for e in n.get("exports") or [] if e.get("mutation")]
         controls = n.get("controls") or []

@@ -1,6 +1,7 @@
 """torchtitan's native families under their own parallelize (`moe_bench.native.parallel`): one torchrun launch per
-family on its built-in checkpoint, each under 3 minutes on two cores; qwen3_moe's is the notebook's own test
-(`nbs/native/10_parallel.ipynb`), not run twice."""
+family on its built-in checkpoint, each under 3 minutes on two cores. qwen3_moe's is the notebook's own test
+(`nbs/native/10_parallel.ipynb`); DeepSeek-V3's (its load-balancing state exact in every configuration) is measured by
+`scripts/native_parallel.py` into its record and left out of CI for time: gpt-oss's, the one with a finding, stays."""
 
 from moe_bench.parallel_worker import CONFIG_NAMES
 
@@ -23,15 +24,6 @@ def _launch(model: str) -> dict:
     assert caught_by["FSDP gradient sum left out"] == "parity check", rec["controls"]  # a wrong sum, not a crash
     assert all(c["wall_s"] > 0 for c in rec["configs"])
     return rec
-
-
-def test_deepseek_v3():
-    "DeepSeek-V3: all four PASS (TP 4: its 4 heads), and torchtitan's load-balancing hook moves the expert bias exactly"
-    " as in one process at every step of every configuration."
-    rec = _launch("deepseek_v3")
-    assert rec["status"] == "PASS", {c["name"]: c.get("error") for c in rec["configs"]}
-    assert next(c for c in rec["configs"] if c["name"] == "TP")["mesh"]["tp"] == 4
-    assert all(s["balance"]["ok"] for c in rec["configs"] for s in c["steps"])
 
 
 def test_gpt_oss():

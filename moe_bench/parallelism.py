@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
-import time
 
 from .compare import meta_moe_block
 from .core import GOOD, phase_record, worst_status
-from .parallel_worker import CONFIG_NAMES, WORLD
+from .parallel_worker import CONFIG_NAMES, WORLD, torchrun
 from .prototypes import expression_of
 from .synth import synthetic_config
 
@@ -39,28 +36,9 @@ def launch_worker(
 ) -> tuple[int, str, float]:
     "Run the worker for `models` under one torchrun; (exit code, output tail, wall seconds)."
     nproc = nproc or int(os.environ.get("MOE_BENCH_NPROC") or WORLD)
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "moe_bench.parallel_worker",
-        "--models",
-        ",".join(models),
-        "--out-dir",
-        out_dir,
-    ]
-    cmd += ([] if negative_controls else ["--no-negative-controls"]) + ["--configs", ",".join(configs)]
-    timeout_s = timeout_s or 600 + 240 * len(models)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    start = time.perf_counter()
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired as e:
-        return 124, f"timed out after {timeout_s} s: {(e.stderr or '')[-3000:]}", time.perf_counter() - start
-    return run.returncode, (run.stdout + run.stderr)[-3000:], time.perf_counter() - start
+    args = ["--models", ",".join(models), "--out-dir", out_dir, "--configs", ",".join(configs)]
+    args += [] if negative_controls else ["--no-negative-controls"]
+    return torchrun("moe_bench.parallel_worker", args, nproc, timeout_s or 600 + 240 * len(models))
 
 
 def _summary(c: dict) -> dict:

@@ -11,7 +11,6 @@ import datetime
 import gc
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -72,6 +71,7 @@ from moe_bench.parallel_worker import (
     grad_diff,
     reassociation,
     reference_steps,
+    torchrun,
 )
 from ..worker_controls import control_record
 
@@ -551,16 +551,8 @@ if __name__ == "__main__" and sys.argv[0].endswith(
 # %% ../../nbs/native/10_parallel.ipynb #6c84a0af
 def launch_native(models: list[str], out_dir: str, controls: bool = True, configs=CONFIG_NAMES, timeout_s: int = 900):
     "The worker for `models` under one torchrun of `WORLD` processes: (exit code, output tail, wall seconds)."
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}"]
-    cmd += ["-m", "moe_bench.native.parallel", "--models", ",".join(models), "--out-dir", out_dir]
-    cmd += ([] if controls else ["--no-controls"]) + ["--configs", ",".join(configs)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    start = time.perf_counter()
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired as e:
-        return 124, f"timed out after {timeout_s} s: {(e.stderr or '')[-3000:]}", time.perf_counter() - start
-    return run.returncode, (run.stdout + run.stderr)[-3000:], time.perf_counter() - start
+    args = ["--models", ",".join(models), "--out-dir", out_dir, "--configs", ",".join(configs)]
+    return torchrun("moe_bench.native.parallel", args + ([] if controls else ["--no-controls"]), WORLD, timeout_s)
 
 # %% ../../nbs/native/10_parallel.ipynb #14bd1908
 def _config_row(c: dict) -> dict:

@@ -15,22 +15,16 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 
 from ..checkpoint import Checkpoint
-from .training import load_titan_model
+from .training import disk_tensors, load_titan_model
 
 # %% auto #0
-__all__ = ['EXPORT_MUTATIONS', 'WEIGHT_FILES', 'exported', 'disk_tensors', 'stored_exactly', 'export_check', 'mutation_rows',
-           'write_export', 'hf_loading', 'export_record']
+__all__ = ['EXPORT_MUTATIONS', 'WEIGHT_FILES', 'exported', 'stored_exactly', 'export_check', 'mutation_rows', 'write_export',
+           'hf_loading', 'export_record']
 
 # %% ../../nbs/native/12_export.ipynb #9372dd6d
 def exported(titan: nn.Module, adapter) -> dict[str, torch.Tensor]:
     "Titan's state dict (persistent buffers included: DeepSeek-V3's correction bias) in HF's keys through `to_hf`."
     return {k: t.detach().contiguous() for k, t in adapter.to_hf(dict(titan.state_dict())).items()}
-
-
-def disk_tensors(ckpt: Checkpoint) -> dict[str, torch.Tensor]:
-    "Every tensor of the checkpoint, as stored."
-    with ckpt.reading():
-        return {k: s[:] for k, s in ckpt.slices(list(ckpt.weight_map)).items()}
 
 
 def stored_exactly(t: torch.Tensor, dtype: torch.dtype) -> bool:

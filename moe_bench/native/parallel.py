@@ -53,6 +53,7 @@ from .family import build_native
 from .load import attention_masks, gate_float32_
 from .mapping import NATIVE, native_family, titan_config
 from moe_bench.native.training import (
+    disk_tensors,
     flex_backward_on_cpu,
     hf_alternatives,
     next_token_loss,
@@ -481,10 +482,8 @@ def native_reference(model: str) -> dict:
     tokens_BL = native_batch(ckpt)
     ids_BL, labels_BL = tokens_BL[:, :-1].contiguous(), tokens_BL[:, 1:].contiguous()
     masks = attention_masks(cfg, ids_BL.shape[1])
-    with ckpt.reading():
-        disk = {k: s[:] for k, s in ckpt.slices(list(ckpt.weight_map)).items()}
     return dict(ckpt=ckpt, hf=hf, titan=titan, adapter=adapter, tokens=tokens_BL, ids=ids_BL, labels=labels_BL) | dict(
-        masks=masks, base=Logits(titan, masks), disk=disk
+        masks=masks, base=Logits(titan, masks), disk=disk_tensors(ckpt)
     )
 
 

@@ -59,11 +59,11 @@ from ..trained import builtin_checkpoint
 
 # %% auto #0
 __all__ = ['BATCH', 'SEQ_LEN', 'HF_ATTENTION', 'LOAD_BALANCING', 'TRAIN_MODE', 'EXPERT_KEY', 'flex_backward_on_cpu',
-           'load_hf_model', 'load_titan_model', 'training_ids', 'num_predicted', 'next_token_loss', 'hf_in_hf_keys',
-           'titan_in_hf_keys', 'hf_routers', 'hf_gates_float32', 'hf_alternatives', 'hf_side', 'trainable_in',
-           'moe_modules', 'titan_side', 'mutation_sites', 'mutation_rows', 'learned_tensors', 'exact_zeros',
-           'routing_choices', 'routing_rows', 'near_tie_flips', 'excuse_near_ties', 'open_training', 'hf_runs',
-           'native_training']
+           'load_hf_model', 'disk_tensors', 'load_titan_model', 'training_ids', 'num_predicted', 'next_token_loss',
+           'hf_in_hf_keys', 'titan_in_hf_keys', 'hf_routers', 'hf_gates_float32', 'hf_alternatives', 'hf_side',
+           'trainable_in', 'moe_modules', 'titan_side', 'mutation_sites', 'mutation_rows', 'learned_tensors',
+           'exact_zeros', 'routing_choices', 'routing_rows', 'near_tie_flips', 'excuse_near_ties', 'open_training',
+           'hf_runs', 'native_training']
 
 # %% ../../nbs/native/09_training.ipynb #095559b5
 from moe_bench.gradients import (
@@ -101,13 +101,17 @@ def load_hf_model(ckpt: Checkpoint) -> nn.Module:
     return hf.train()
 
 
+def disk_tensors(ckpt: Checkpoint) -> dict[str, torch.Tensor]:
+    "Every tensor of the checkpoint, as stored."
+    with ckpt.reading():
+        return {k: s[:] for k, s in ckpt.slices(list(ckpt.weight_map)).items()}
+
+
 def load_titan_model(ckpt: Checkpoint) -> tuple[nn.Module, object, object]:
     "torchtitan's native model of the checkpoint loaded strictly through the family's adapter, in train mode; the adapter and config."
     family, cfg = native_family(ckpt.config), titan_config(ckpt.config)
     titan, adapter = build_native(cfg), family.adapter(cfg, None)
-    with ckpt.reading():
-        disk = {k: s[:] for k, s in ckpt.slices(list(ckpt.weight_map)).items()}
-    load_strict_(titan, from_hf(adapter, disk, "the model"), "the model")
+    load_strict_(titan, from_hf(adapter, disk_tensors(ckpt), "the model"), "the model")
     gate_float32_(titan)
     for layer in titan.layers.values() if family.adapt is not None else ():
         family.adapt(layer)

@@ -38,6 +38,8 @@ FLOORS = [
     {"native.compare"},
     {"native.controls"},
     {"native.training"},  # training parity of the native model against HF
+    {"native.pipeline_worker"},  # torchtitan's pipeline_llm on every rank (torchrun), the stages gathered
+    {"native.pipeline"},  # pipeline parallelism's launch, one-process check and record
     {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism", "native.phase"},  # the phases
     {"native"},  # the native package's index, which re-exports its modules' names (the runner imports the phase here)
     {"report_pages"},  # the HTML pages of every record, for the index and the runner

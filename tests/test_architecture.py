@@ -40,6 +40,8 @@ FLOORS = [
     {"native.training"},  # training parity of the native model against HF
     {"native.export"},  # the native model written back in HF's keys, exactly
     {"native.parallel"},  # the native model under torchtitan's own parallelize (torchrun), and its sharded export
+    {"native.pipeline_worker"},  # torchtitan's pipeline_llm on every rank (torchrun), the stages gathered
+    {"native.pipeline"},  # pipeline parallelism's launch, one-process check and record
     {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism"},  # the phases
     {"native.phase"},  # the native phase: it runs phase 3b on the folder the export writes
     {"native"},  # the native package's index, which re-exports its modules' names (the runner imports the phase here)

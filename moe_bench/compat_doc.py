@@ -30,6 +30,7 @@ PHASE_FILES = (
     "pretrained",
     "native",
     "native_parallel",
+    "native_pipeline",
     "parallelism",
 )
 
@@ -596,7 +597,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     lines += _mutation_section(records)
     lines += _training_section(records)
     lines += _pretrained_section(records)
-    lines += _native_section(records) + _native_parallel_section(records)
+    lines += _native_section(records) + _native_parallel_section(records) + _native_pipeline_section(records)
     lines += ["", "## Architectural Differences per Model", ""]
     for m, r in compared.items():
         lines += _arch_section(m, r)
@@ -652,6 +653,52 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     lines += ["", "## Core Changes Needed for Full Support", ""]
     lines += [f"- {issue}: {', '.join(ms)}" for issue, ms in sorted(needs.items())] or ["- none recorded"]
     return "\n".join(lines) + "\n"
+
+
+def _native_pipeline_section(records: dict[str, dict[str, dict]]) -> list[str]:
+    "torchtitan's native models through torchtitan's `pipeline_llm`: per configuration its parity, export, wall time."
+    rows = {
+        m: r["native_pipeline"]
+        for m, r in records.items()
+        if "native_pipeline" in r and r["native_pipeline"].get("configs")
+    }
+    if not rows:
+        return []
+    first = next(iter(rows.values()))
+    names = [c["name"] for c in first["configs"]]
+    lines = [
+        "",
+        "### Under torchtitan's pipeline parallelism",
+        "",
+        f"torchtitan's native model of each family through torchtitan's own `pipeline_llm` with its parallelize "
+        f"function, schedule {first.get('schedule')}, microbatches {first.get('microbatches')}, {first.get('steps')} "
+        "steps of torchtitan's AdamW with its load-balancing hook: per step the loss and every gradient, gathered stage "
+        "by stage, against one process under phase 4's rule, the routed-token counts and expert bias exactly; the first "
+        "loss against HF's; the stages' export through `to_hf` against the checkpoint bit for bit, with mutations; "
+        "stage and loss controls that must FAIL. Cells: status (wall s).",
+        "",
+        "| model | status | "
+        + " | ".join(names)
+        + " | HF first loss | stage exports | controls caught | with prototype |",
+        "|---|---|" + "---|" * len(names) + "---|---|---|---|",
+    ]
+    for m, n in rows.items():
+        cells = {c["name"]: f"{c['status']} ({c.get('wall_s')})" for c in n["configs"]}
+        exports = [e for c in n["configs"] for e in c.get("export") or []]
+        exact = [e for e in exports if not e.get("mutation")]
+        caught = [e for e in exports if e.get("mutation")]
+        controls = n.get("controls") or []
+        fixed = (n.get("prototype") or {}).get("status") or "-"
+        lines.append(
+            f"| {m} | {n['status']} | " + " | ".join(cells.get(name, "-") for name in names) + " | "
+            f"{'PASS' if (n.get('hf_loss') or {}).get('ok') else 'FAIL'} | "
+            f"{sum(e['status'] == 'PASS' for e in exact)}/{len(exact)} exact, "
+            f"{sum(bool(e['caught']) for e in caught)}/{len(caught)} mutations caught | "
+            f"{sum(bool(c['caught']) for c in controls)}/{len(controls)} | {fixed} |"
+        )
+    notes = {(n.get("prototype") or {}).get("note") for n in rows.values()} - {None}
+    notes |= {(n.get("auxiliary_loss") or {}).get("note") for n in rows.values()} - {None}
+    return lines + [""] + [f"- {note}" for note in sorted(notes)]
 
 # %% ../nbs/05_compat_doc.ipynb #acae54e37e7d407bbb7b55eff062a284
 IN_SCOPE = ("PASS", "WARN", "BLOCKED", "FAIL", "ERROR")  # probe statuses of a decoder MoE (not UNSUPPORTED, NO_MOE)

@@ -22,7 +22,7 @@ FLOORS = [
     {"prototypes.*"},  # a room: every prototype, one core change each, on `Expression` and the common kernels
     {"prototypes"},  # the index: `EXPRESSIONS`, `expression_of`, `swap_titan_moe`
     {"synth", "cpu_compat", "exact"},
-    {"compare", "traces", "trained", "sharding.plan"},  # sharding: a package by concern, its index on top
+    {"compare", "traces", "trained", "sharding.plan", "published"},  # sharding: a package by concern, its index on top
     {"aux_loss"},  # HF's auxiliary load-balancing loss, its prototype and their check (on compare and the prototypes)
     {"sharding.per_token", "sharding.indexers", "sharding.check", "sharding.styles"},
     {"sharding.attention"},

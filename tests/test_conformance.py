@@ -5,95 +5,19 @@ storage, dense layers where the family has them, RoPE scaling as published, `gen
 single file or shards with an index). 3b runs on each, native where torchtitan has the family; every run passes or
 stands BLOCKED with its prototype's PASS beside it, and none is an ERROR."""
 
-import json
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from moe_bench.core import randomize_
-from moe_bench.hf import PRODUCTION_CONFIGS, config_with, real_config
+from moe_bench.hf import PRODUCTION_CONFIGS
 from moe_bench.native import NATIVE, native_phase
 from moe_bench.pretrained import PRETRAINED_KL, pretrained_phase
+from moe_bench.published import published_config, save_published
 from moe_bench.runner import summary_line
-from moe_bench.synth import synthetic_overrides
 from moe_bench.trained import TRAINED
 
-# Fields the Phase 2 rules would change that a published config.json holds, kept as published here
-AS_PUBLISHED = ("use_cache", "first_k_dense_replace", "decoder_sparse_step", "mlp_only_layers", "sliding_window")
-AS_PUBLISHED += ("max_position_embeddings",)
-# Fields of the published config.json files that the PRODUCTION_CONFIGS rows (sizes only) leave to the class defaults
-PUBLISHED_EXTRAS = {
-    "qwen3_moe": dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),  # Qwen/Qwen3-30B-A3B
-    "deepseek_v3": dict(  # deepseek-ai/DeepSeek-V3: YaRN to 160K from 4K
-        rope_parameters={
-            "rope_type": "yarn",
-            "rope_theta": 10000.0,
-            "factor": 40.0,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-            "mscale": 1.0,
-            "mscale_all_dim": 1.0,
-            "original_max_position_embeddings": 4096,
-        },
-        max_position_embeddings=163840,
-        scoring_func="sigmoid",
-        topk_method="noaux_tc",
-    ),
-    "gpt_oss": dict(  # openai/gpt-oss-20b (its MXFP4 experts dequantized: see the note on quantization below)
-        rope_parameters={
-            "rope_type": "yarn",
-            "rope_theta": 150000.0,
-            "factor": 32.0,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-            "original_max_position_embeddings": 4096,
-            "truncate": False,
-        },
-        sliding_window=128,
-        swiglu_limit=7.0,
-    ),
-}
 FAMILIES = sorted(set(TRAINED) | {m for m in PRODUCTION_CONFIGS if m != "gemma4"})  # gemma4's row is gemma4_text's
-EAGER_ONLY = ("gpt_oss",)  # HF has no SDPA path for it
-
-
-def published_config(model_type: str, **fields):
-    "The published config of `model_type` (its PRODUCTION_CONFIGS row, the published extras), reduced in depth and width."
-    real, _ = real_config(model_type)
-    real = config_with(real, PUBLISHED_EXTRAS.get(model_type, {}))
-    layers = (getattr(real, "first_k_dense_replace", 0) or 0) + 2  # the dense layers it opens with, then two MoE
-    small = {k: v for k, v in synthetic_overrides(real, layers, small=True).items() if k not in AS_PUBLISHED}
-    cfg = config_with(real, small | dict(use_cache=True, num_hidden_layers=layers, vocab_size=512) | fields)
-    if "mlp_only_layers" in fields or "decoder_sparse_step" in fields:
-        cfg.num_hidden_layers = 4
-    return cfg
-
-
-def clamp_reaching_(model, cfg) -> None:
-    "Where the config clamps its SwiGLU (gpt-oss: 7.0), expert gate/up weights whose pre-activations pass the limit, as"
-    " trained ones do (std 0.1 at hidden 64 gives pre-activations of about 0.8: the clamp would never engage)."
-    limit = getattr(cfg, "swiglu_limit", None)
-    if not limit:
-        return
-    gen = torch.Generator().manual_seed(1)
-    for name, p in model.named_parameters():
-        if name.endswith("experts.gate_up_proj"):
-            with torch.no_grad():
-                p.copy_(torch.randn(p.shape, generator=gen) * limit / cfg.hidden_size**0.5)  # pre-activations ~ limit
-
-
-def save_published(folder, cfg, storage=torch.bfloat16, shards=False):
-    "What a user downloads: `save_pretrained` of a model with random non-trivial weights (biases, norms too), in `storage`."
-    attn = "eager" if cfg.model_type in EAGER_ONLY else "sdpa"
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
-    randomize_(model, seed=0, std=0.1)
-    clamp_reaching_(model, cfg)
-    model.to(storage).save_pretrained(folder, max_shard_size="300KB" if shards else "1GB")
-    raw = json.loads((folder / "config.json").read_text())
-    assert raw["use_cache"] is cfg.use_cache and (folder / "generation_config.json").is_file()
-    assert (folder / "model.safetensors.index.json").is_file() == shards
-    return folder
 
 
 def assert_conforms(rec):

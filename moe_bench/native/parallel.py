@@ -476,9 +476,9 @@ def hf_loss_check(hf: nn.Module, tokens_BL: torch.Tensor, loss: float) -> dict:
     return dict(status="PASS" if diff <= tol else "FAIL", hf=base, titan=loss, abs_diff=diff, tol=tol, hf_own=own)
 
 # %% ../../nbs/native/10_parallel.ipynb #c6c69fcf
-def native_reference(model: str) -> dict:
-    "Every rank: the built-in checkpoint, HF's model, Titan's in one process (as `Logits`), the batch, the disk tensors."
-    ckpt, hf, (titan, adapter, cfg) = open_training(model, "")
+def native_reference(model: str, checkpoint: str = "") -> dict:
+    "Every rank: the checkpoint (a local folder, else the built-in one), HF's model, Titan's in one process (as `Logits`), the batch, the disk tensors."
+    ckpt, hf, (titan, adapter, cfg) = open_training(model, checkpoint)
     tokens_BL = native_batch(ckpt)
     ids_BL, labels_BL = tokens_BL[:, :-1].contiguous(), tokens_BL[:, 1:].contiguous()
     masks = attention_masks(cfg, ids_BL.shape[1])
@@ -487,10 +487,12 @@ def native_reference(model: str) -> dict:
     )
 
 
-def family_results(model: str, controls: bool = True, configs: tuple[str, ...] = CONFIG_NAMES) -> dict:
+def family_results(
+    model: str, controls: bool = True, configs: tuple[str, ...] = CONFIG_NAMES, checkpoint: str = ""
+) -> dict:
     "On every rank: one family's configurations, the first loss against HF's, the sharded export checks and the controls."
     start = time.perf_counter()
-    ref = native_reference(model)
+    ref = native_reference(model, checkpoint)
     confs = [c for c in native_configs(ref["ckpt"].config, dist.get_world_size()) if c["name"] in configs]
     results = [run_native_config(ref, c, export=c["name"] in EXPORT_CONFIGS) for c in confs]
     first = next((r for r in results if r.get("loss")), None)
@@ -512,7 +514,13 @@ def family_results(model: str, controls: bool = True, configs: tuple[str, ...] =
     )
 
 # %% ../../nbs/native/10_parallel.ipynb #859308f0
-def worker(models: list[str], out_dir: str, controls: bool = True, configs: tuple[str, ...] = CONFIG_NAMES) -> None:
+def worker(
+    models: list[str],
+    out_dir: str,
+    controls: bool = True,
+    configs: tuple[str, ...] = CONFIG_NAMES,
+    checkpoint: str = "",
+) -> None:
     "The torchrun entry: each family in turn; rank 0 writes `<out_dir>/<model>.json` (an error and its traceback if it broke)."
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
@@ -522,7 +530,7 @@ def worker(models: list[str], out_dir: str, controls: bool = True, configs: tupl
     with flex_backward_on_cpu():
         for name in models:
             try:
-                res = family_results(name, controls, configs) | dict(cpu_adaptations=adaptations)
+                res = family_results(name, controls, configs, checkpoint) | dict(cpu_adaptations=adaptations)
             except Exception as e:  # the same code on every rank: each fails at the same place and moves on
                 res = dict(
                     model=name, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc().splitlines()[-15:]
@@ -544,14 +552,23 @@ if __name__ == "__main__" and sys.argv[0].endswith(
     _args.add_argument("--out-dir", required=True)
     _args.add_argument("--no-controls", action="store_true")
     _args.add_argument("--configs", default=",".join(CONFIG_NAMES))
+    _args.add_argument("--checkpoint", default="", help="a local checkpoint folder (default: the built-in one)")
     _a = _args.parse_args()
-    worker(_a.models.split(","), _a.out_dir, not _a.no_controls, tuple(_a.configs.split(",")))
+    worker(_a.models.split(","), _a.out_dir, not _a.no_controls, tuple(_a.configs.split(",")), _a.checkpoint)
 
 # %% ../../nbs/native/10_parallel.ipynb #6c84a0af
-def launch_native(models: list[str], out_dir: str, controls: bool = True, configs=CONFIG_NAMES, timeout_s: int = 900):
+def launch_native(
+    models: list[str],
+    out_dir: str,
+    controls: bool = True,
+    configs=CONFIG_NAMES,
+    checkpoint: str = "",
+    timeout_s: int = 900,
+):
     "The worker for `models` under one torchrun of `WORLD` processes: (exit code, output tail, wall seconds)."
     args = ["--models", ",".join(models), "--out-dir", out_dir, "--configs", ",".join(configs)]
-    return torchrun("moe_bench.native.parallel", args + ([] if controls else ["--no-controls"]), WORLD, timeout_s)
+    args += ([] if controls else ["--no-controls"]) + (["--checkpoint", checkpoint] if checkpoint else [])
+    return torchrun("moe_bench.native.parallel", args, WORLD, timeout_s)
 
 # %% ../../nbs/native/10_parallel.ipynb #14bd1908
 def _config_row(c: dict) -> dict:
@@ -604,13 +621,15 @@ def native_record(res: dict, launch: dict) -> dict:
     )
 
 # %% ../../nbs/native/10_parallel.ipynb #57e79139
-def native_parallel(model: str, controls: bool = True, configs: tuple[str, ...] = CONFIG_NAMES) -> dict:
-    "One native family on its built-in checkpoint under torchtitan's own parallelize: the record (nothing written)."
+def native_parallel(
+    model: str, controls: bool = True, configs: tuple[str, ...] = CONFIG_NAMES, checkpoint: str = ""
+) -> dict:
+    "One native family on a checkpoint (`checkpoint`, a local folder; else its built-in one) under torchtitan's own parallelize: the record (nothing written)."
     if model not in NATIVE:
         reason = f"torchtitan 0.3.0 has no native model for {model!r} here (native: {', '.join(NATIVE)})"
         return phase_record(model, "native_parallel", "UNSUPPORTED", reason=reason)
     with tempfile.TemporaryDirectory() as tmp:
-        rc, tail, wall = launch_native([model], tmp, controls, configs)
+        rc, tail, wall = launch_native([model], tmp, controls, configs, checkpoint)
         launch = dict(wall_s=round(wall, 1), exit_code=rc)
         path = os.path.join(tmp, f"{model}.json")
         if not os.path.exists(path):

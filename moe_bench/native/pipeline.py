@@ -5,11 +5,9 @@
 # %% ../../nbs/native/11_pipeline.ipynb #df143114
 from __future__ import annotations
 
+import copy
 import math
-import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,8 +18,9 @@ from torch import nn
 
 from ..checkpoint import checkpoint_name, model_logits
 from ..compare import experts_in_input_dtype
-from ..core import worst_status
+from ..core import phase_record, worst_status
 from ..load_balancing import OneProcess, load_balancing
+from .export import export_check, exported
 from .load import FLOAT32, attention_masks
 from .mapping import NATIVE
 from moe_bench.native.pipeline_worker import (
@@ -41,6 +40,7 @@ from moe_bench.native.pipeline_worker import (
     run_file,
 )
 from moe_bench.native.training import (
+    disk_tensors,
     flex_backward_on_cpu,
     hf_gates_float32,
     next_token_loss,
@@ -48,12 +48,14 @@ from moe_bench.native.training import (
     open_training,
     trainable_in,
 )
-from ..parallel_worker import RTOL_LOSS, SELF_MULTIPLE, grad_diff
+from ..parallel_worker import RTOL_LOSS, SELF_MULTIPLE, grad_diff, torchrun
+from ..published import published_config, save_published
 
 # %% auto #0
-__all__ = ['AUXILIARY_LOSS', 'AUXILIARY_NOTE', 'NO_BALANCING', 'auxiliary_losses', 'launch_pipeline', 'flat', 'reference_step',
-           'References', 'expected_weights', 'judge_step', 'judge_run', 'hf_first_loss', 'judge_hf_loss', 'config_rows',
-           'native_pipeline']
+__all__ = ['AUXILIARY_LOSS', 'PP_EXPORT_MUTATIONS', 'AUXILIARY_NOTE', 'NO_BALANCING', 'PUBLISHED_MADE_BY', 'auxiliary_losses',
+           'launch_pipeline', 'flat', 'reference_step', 'References', 'expected_weights', 'judge_step', 'judge_run',
+           'hf_first_loss', 'judge_hf_loss', 'numbered_per_stage', 'merged_model', 'pipeline_export_rows',
+           'config_rows', 'export_statuses', 'native_pipeline', 'local_run_summary', 'with_local_run', 'published_run']
 
 # %% ../../nbs/native/11_pipeline.ipynb #67ad0a1c
 AUXILIARY_LOSS = re.compile(r"\b\w*(aux|auxiliary|balance|balancing)_loss\w*\b", re.IGNORECASE)  # an identifier
@@ -71,19 +73,19 @@ def auxiliary_losses(root: Path | None = None) -> list[str]:
 
 # %% ../../nbs/native/11_pipeline.ipynb #db92f9df
 def launch_pipeline(
-    model: str, conf: PipelineConfig, out_dir: str, controls: bool, prototype: bool, timeout_s: int = 900
+    model: str,
+    conf: PipelineConfig,
+    out_dir: str,
+    controls: bool,
+    prototype: bool,
+    checkpoint: str = "",  # a local checkpoint folder; "": the family's built-in one
+    timeout_s: int = 900,
 ) -> tuple[int, str, float]:
     "The worker for one configuration under torchrun (world `conf.world`, gloo): (exit code, output tail, wall seconds)."
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={conf.world}"]
-    cmd += ["-m", "moe_bench.native.pipeline_worker", "--model", model, "--config", conf.name, "--out-dir", out_dir]
-    cmd += (["--controls"] if controls else []) + (["--prototype"] if prototype else [])
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    start = time.perf_counter()
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired as e:
-        return 124, f"timed out after {timeout_s} s: {(e.stderr or '')[-2000:]}", time.perf_counter() - start
-    return run.returncode, (run.stdout + run.stderr)[-2000:], time.perf_counter() - start
+    args = ["--model", model, "--config", conf.name, "--out-dir", out_dir]
+    args += (["--controls"] if controls else []) + (["--prototype"] if prototype else [])
+    args += ["--checkpoint", checkpoint] if checkpoint else []
+    return torchrun("moe_bench.native.pipeline_worker", args, conf.world, timeout_s)
 
 # %% ../../nbs/native/11_pipeline.ipynb #ca891b07
 def flat(stages: list[dict]) -> tuple[dict, list[str]]:
@@ -268,6 +270,54 @@ def judge_hf_loss(pipeline_loss: float, hf: dict) -> dict:
     tol = max(SELF_MULTIPLE * abs(hf["hf"] - hf["hf_rows_reversed"]), RTOL_LOSS * abs(hf["hf"]))
     return hf | dict(pipeline=pipeline_loss, abs_diff=diff, tol=tol, ok=diff <= tol)
 
+# %% ../../nbs/native/11_pipeline.ipynb #62324fce
+def numbered_per_stage(stages: list[dict]) -> list[dict]:
+    "Each stage's layers renamed from `layers.0` up, as the stage's own module list would name them (a mutation)."
+    out = []
+    for view in stages:
+        ids = sorted({int(k.split(".")[1]) for k in view if k.startswith("layers.")})
+        new = {str(old): str(i) for i, old in enumerate(ids)}
+        out.append(
+            {re.sub(r"^layers\.(\d+)(?=\.|$)", lambda m, new=new: f"layers.{new[m[1]]}", k): t for k, t in view.items()}
+        )
+    return out
+
+
+PP_EXPORT_MUTATIONS = {"a stage left out": lambda stages: stages[:1], "layers numbered per stage": numbered_per_stage}
+
+
+def merged_model(titan: nn.Module, step: dict, change=None) -> tuple[nn.Module, list[str], list[str]]:
+    """A copy of the one-process model holding the stages' tensors of a run's `step` (`change`d, for a mutation): its
+    parameters and expert biases first NaN, so one that no stage holds fails the export; the names two stages hold,
+    and names no tensor of the model has."""
+    change = change or (lambda stages: stages)
+    (weights, repeated), (bias, again) = flat(change(step["weights"])), flat(change(step["bias_start"]))
+    model = copy.deepcopy(titan)
+    targets = dict(model.named_parameters()) | {
+        f"{n}.moe.expert_bias_E": m.expert_bias_E for n, m in _balanced_moes(model).items()
+    }
+    source = weights | {f"{n}.moe.expert_bias_E": b for n, b in bias.items()}
+    with torch.no_grad():
+        for name, t in targets.items():
+            t.fill_(float("nan"))
+            if name in source and source[name].shape == t.shape:
+                t.copy_(source[name])
+    return model, repeated + again, sorted(set(source) - set(targets))
+
+
+def pipeline_export_rows(step: dict, titan: nn.Module, adapter, disk: dict) -> list[dict]:
+    "The stages of a run's `step` merged and exported through `to_hf` (`exported`), against the checkpoint; then each mutation (`caught` where it FAILs)."
+    rows = []
+    for name, change in {"stages merged": None, **PP_EXPORT_MUTATIONS}.items():
+        model, repeated, unknown = merged_model(titan, step, change)
+        check = export_check(exported(model, adapter), disk)
+        status = "FAIL" if repeated or unknown else check["status"]
+        row = dict(gather=name, stages=len(step["weights"]), status=status, repeated=repeated[:8], unknown=unknown[:8])
+        row |= dict(keys=check["keys"], missing=check["missing"][:8], extra=check["extra"][:8])
+        row |= dict(differ=check["differ"][:8], differ_count=len(check["differ"]))
+        rows.append(row | (dict(mutation=True, caught=status == "FAIL") if change else {}))
+    return rows
+
 # %% ../../nbs/native/11_pipeline.ipynb #28c3010f
 AUXILIARY_NOTE = (
     "torchtitan 0.3.0's MoE has no auxiliary loss (no line of its models or components names one): it balances "
@@ -300,11 +350,14 @@ def _control(name: str, config: str, judged: dict) -> dict:
     )
 
 # %% ../../nbs/native/11_pipeline.ipynb #567175c8
-def config_rows(model: str, conf: PipelineConfig, refs: References, controls: bool, prototype: bool):
-    "One configuration's launch, judged: its row, its row under the counts prototype (or None), the controls' rows."
+def config_rows(
+    model: str, conf: PipelineConfig, refs: References, controls: bool, prototype: bool, export: tuple, checkpoint: str
+):
+    """One configuration's launch, judged: its row (with the export check of its stages, `export` the family's adapter
+    and the checkpoint's tensors), its row under the counts prototype (or None), the controls' rows."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        rc, tail, wall = launch_pipeline(model, conf, tmp, controls, prototype)
+        rc, tail, wall = launch_pipeline(model, conf, tmp, controls, prototype, checkpoint)
         runs = {p.stem: torch.load(p, weights_only=False) for p in Path(tmp).glob("*.pt")}
 
     def judged(name: str) -> dict:
@@ -312,37 +365,51 @@ def config_rows(model: str, conf: PipelineConfig, refs: References, controls: bo
         return judge_run(run, refs) if run is not None else _missing(name, rc, tail)
 
     row = judged(conf.name) | dict(launch_wall_s=round(wall, 1))
+    run = runs.get(run_file(conf.name)) or {}
+    row["export"] = pipeline_export_rows(run["steps"][0], refs.titan, *export) if run.get("steps") else []
     with_fix = judged(conf.name + PROTOTYPE_SUFFIX) if prototype else None
     control_rows = [_control(name, conf.name, judged(name)) for name in (CONTROLS if controls else ())]
     return row | dict(config_wall_s=round(time.perf_counter() - start, 1)), with_fix, control_rows
 
 # %% ../../nbs/native/11_pipeline.ipynb #77779fce
+def export_statuses(rows: list[dict]) -> list[str]:
+    "Each configuration's export check as a status (none: ERROR), and each mutation's: PASS where it was caught."
+    out = []
+    for row in rows:
+        checks = row.get("export") or [dict(status="ERROR")]
+        out += [("PASS" if e["caught"] else "FAIL") if e.get("mutation") else e["status"] for e in checks]
+    return out
+
+# %% ../../nbs/native/11_pipeline.ipynb #21f94e0e
 def native_pipeline(
     model: str,  # HF model type: qwen3_moe, deepseek_v3 or gpt_oss
     configs: tuple[str, ...] = tuple(c.name for c in PIPELINE_CONFIGS),
     controls: bool = True,  # the controls on the first configuration (PP alone), one step each
+    checkpoint: str = "",  # a local checkpoint folder of `model`; "": its built-in one
 ) -> dict:
-    "Pipeline parallelism of torchtitan's native model on its built-in checkpoint: each configuration's parity and the controls."
+    "Pipeline parallelism of torchtitan's native model on a checkpoint: each configuration's parity and export, the controls; the record (nothing written)."
     start = time.perf_counter()
     if model not in NATIVE:
-        return dict(model=model, status="UNSUPPORTED", reason=f"torchtitan 0.3.0 has no native model for {model!r}")
-    ckpt, hf, (titan, _, cfg) = open_training(model, "")
+        reason = f"torchtitan 0.3.0 has no native model for {model!r}"
+        return phase_record(model, "native_pipeline", "UNSUPPORTED", reason=reason)
+    ckpt, hf, (titan, adapter, cfg) = open_training(model, checkpoint)
     ids_BL = pipeline_ids(ckpt)
     refs = References(titan, attention_masks(cfg, ids_BL.shape[1]), ids_BL)
     balances = bool(_balanced_moes(titan))  # the load-balancing counts matter: the prototype runs too
-    rows, control_rows, prototype_rows = [], [], []
+    rows, control_rows, prototype_rows, export = [], [], [], (adapter, disk_tensors(ckpt))
     for conf in (c for c in PIPELINE_CONFIGS if c.name in configs):
         with_controls = controls and conf.name == PIPELINE_CONFIGS[0].name
-        row, with_fix, more = config_rows(model, conf, refs, with_controls, balances)
+        row, with_fix, more = config_rows(model, conf, refs, with_controls, balances, export, checkpoint)
         rows, control_rows = rows + [row], control_rows + more
         prototype_rows += [with_fix] if with_fix is not None else []
     hf_loss = judge_hf_loss(rows[0]["loss"][0], hf_first_loss(hf, ids_BL)) if rows and "loss" in rows[0] else None
-    others = ["PASS" if c["caught"] else "FAIL" for c in control_rows]
+    others = ["PASS" if c["caught"] else "FAIL" for c in control_rows] + export_statuses(rows)
     others += [] if hf_loss is None else ["PASS" if hf_loss["ok"] else "FAIL"]
     aux = auxiliary_losses()
-    return dict(
-        model=model,
-        status=worst_status(*[r["status"] for r in rows], *others),
+    return phase_record(
+        model,
+        "native_pipeline",
+        worst_status(*[r["status"] for r in rows], *others),
         checkpoint=checkpoint_name(ckpt.folder),
         schedule=SCHEDULE,
         schedule_call=SCHEDULE_CALL,
@@ -365,3 +432,41 @@ def native_pipeline(
         auxiliary_loss=dict(lines=aux, note=AUXILIARY_NOTE if not aux else "torchtitan names an auxiliary loss"),
         wall_s=round(time.perf_counter() - start, 1),
     )
+
+# %% ../../nbs/native/11_pipeline.ipynb #6acb0df9
+def local_run_summary(local: dict) -> dict:
+    "A run's record on a local checkpoint, in short: status, checkpoint, each configuration, exports, controls, HF's loss."
+    configs = local.get("configs") or []
+    exports = local.get("exports") or [e for c in configs for e in c.get("export") or []]
+    hf = local.get("hf_loss") or {}
+    return {k: local[k] for k in ("status", "checkpoint", "reason", "error") if k in local} | dict(
+        configs=[{k: c.get(k) for k in ("name", "status", "worst_ratio", "wall_s", "error")} for c in configs],
+        exports_exact=f"{sum(e['status'] == 'PASS' for e in exports if not e.get('mutation'))}/"
+        f"{sum(not e.get('mutation') for e in exports)}",
+        export_mutations_caught=f"{sum(bool(e.get('caught')) for e in exports if e.get('mutation'))}/"
+        f"{sum(bool(e.get('mutation')) for e in exports)}",
+        controls_caught=f"{sum(bool(c['caught']) for c in local.get('controls') or [])}/{len(local.get('controls') or [])}",
+        hf_loss=hf.get("status") or ("PASS" if hf.get("ok") else "FAIL" if hf else None),
+        prototype=(local.get("prototype") or {}).get("status"),
+    )
+
+
+def with_local_run(rec: dict, local: dict, made_by: str) -> dict:
+    "The built-in checkpoint's record `rec` with the same run on a local checkpoint beside it; its status the worse."
+    return rec | dict(
+        status=worst_status(rec["status"], local["status"]),
+        status_builtin=rec["status"],
+        local_checkpoint=local_run_summary(local) | dict(made_by=made_by),
+    )
+
+
+PUBLISHED_MADE_BY = (
+    "transformers' save_pretrained of the family's published config (moe_bench.published: depth and widths reduced "
+    "by the Phase 2 rules, every other field as published), bfloat16 storage"
+)
+
+
+def published_run(model: str, run, folder: Path) -> dict:
+    "`run(model, checkpoint=...)` on a published-config folder written under `folder`, beside the built-in checkpoint's run."
+    local = run(model, checkpoint=str(save_published(folder / model, published_config(model))))
+    return with_local_run(run(model), local, PUBLISHED_MADE_BY)

@@ -383,8 +383,10 @@ def run_file(name: str) -> str:
 PROTOTYPE_SUFFIX = " with the counts prototype"
 
 
-def worker(model: str, config: str, out_dir: str, controls: bool = False, prototype: bool = False) -> None:
-    """The torchrun entry: `config`'s run of `model`, with `prototype` again under the counts prototype, with `controls`
+def worker(
+    model: str, config: str, out_dir: str, controls: bool = False, prototype: bool = False, checkpoint: str = ""
+) -> None:
+    """The torchrun entry: `config`'s run of `model` (on `checkpoint`, a local folder, else its built-in one), with `prototype` again under the counts prototype, with `controls`
     each control's first step; rank 0 saves `<out_dir>/<run_file(run)>.pt`."""
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
@@ -392,7 +394,7 @@ def worker(model: str, config: str, out_dir: str, controls: bool = False, protot
     cpu_compat.apply(cpu=True)
     set_spmd_backend("partial_dtensor")
     conf = next(c for c in PIPELINE_CONFIGS if c.name == config)
-    ckpt = open_checkpoint(builtin_checkpoint(model))
+    ckpt = open_checkpoint(checkpoint or builtin_checkpoint(model))
     runs = {config: {}} | ({config + PROTOTYPE_SUFFIX: dict(prototype=True)} if prototype else {})
     runs |= {name: dict(stages=s, loss_mode=m, steps=1) for name, (s, m) in CONTROLS.items()} if controls else {}
     for name, kw in runs.items():
@@ -419,5 +421,6 @@ if __name__ == "__main__" and sys.argv[0].endswith(
     _args.add_argument("--out-dir", required=True)
     _args.add_argument("--controls", action="store_true")
     _args.add_argument("--prototype", action="store_true")
+    _args.add_argument("--checkpoint", default="", help="a local checkpoint folder (default: the built-in one)")
     _a = _args.parse_args()
-    worker(_a.model, _a.config, _a.out_dir, _a.controls, _a.prototype)
+    worker(_a.model, _a.config, _a.out_dir, _a.controls, _a.prototype, _a.checkpoint)

@@ -257,12 +257,21 @@ def _cross_entropy(logits, labels, n_global_tokens: int):
 
 
 def train_steps(
-    model, ids, labels, n_global_tokens: int, loss_group=None, inputs: dict | None = None, dims=None
+    model,
+    ids,
+    labels,
+    n_global_tokens: int,
+    loss_group=None,
+    inputs: dict | None = None,
+    dims=None,
+    opt=None,  # the optimizer (the native models: torchtitan's); default SGD(lr=`LR`)
+    loss_fn=None,  # (model, ids, labels, n_global_tokens, inputs) -> loss; default `_loss`
+    after_backward=None,  # called after each backward (a prototype fix of the gradients)
 ) -> list[dict]:
-    """`STEPS` x (full weights, forward, loss, backward, full gradients, SGD step with torchtitan's load-balancing hook
-    under `dims`, the run's `ParallelDims`, else one process's): per step the weights it started from, the loss, every
-    gradient, and where the model balances its experts the expert bias it started from, the count and the bias after."""
-    opt = torch.optim.SGD(model.parameters(), lr=LR, foreach=False)
+    """`STEPS` x (full weights, forward, loss, backward, full gradients, optimizer step with torchtitan's load-balancing
+    hook under `dims`, the run's `ParallelDims`, else one process's): per step the weights it started from, the loss,
+    every gradient, and where the model balances its experts the expert bias it started from, the count and the bias after."""
+    opt = opt or torch.optim.SGD(model.parameters(), lr=LR, foreach=False)
     seen = load_balancing(opt, model, dims or OneProcess())
     model.train()
     out = []
@@ -271,8 +280,10 @@ def train_steps(
             noise.step = s
         weights = {n: _full(p) for n, p in model.named_parameters()}
         bias_start = expert_biases(seen["part"]) if seen else None
-        loss = _loss(model, ids, labels, n_global_tokens, inputs)
+        loss = (loss_fn or _loss)(model, ids, labels, n_global_tokens, inputs)
         loss.backward()
+        if after_backward is not None:
+            after_backward()
         total = loss.detach().clone()
         if loss_group is not None:
             dist.all_reduce(total, group=loss_group)

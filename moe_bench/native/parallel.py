@@ -27,15 +27,16 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 # %% auto #0
 __all__ = ['PARALLELIZE', 'ROWS', 'STEPS', 'SPMD_BACKEND', 'TRAINING', 'SETTINGS', 'CONTROLS', 'OPTIMIZER', 'TOLERANCE',
            'EXPORT_MUTATIONS', 'EXPORT_CONFIGS', 'native_batch', 'native_configs', 'parallelism_config',
-           'parallel_dims', 'sharded_model', 'Logits', 'titan_optimizers', 'native_train_steps', 'optimizer_rows',
-           'native_compare', 'gathered_state', 'drop_one_shard', 'wrong_dim_concat', 'sharded_export_check',
-           'export_rows', 'scaled_biases', 'sum_scaled_bias_grads_', 'run_native_config', 'hf_loss_check',
-           'native_reference', 'family_results', 'worker', 'launch_native', 'native_record', 'native_parallel']
+           'parallel_dims', 'sharded_model', 'Logits', 'titan_optimizers', 'native_loss', 'native_train_steps',
+           'optimizer_rows', 'native_compare', 'gathered_state', 'drop_one_shard', 'wrong_dim_concat',
+           'sharded_export_check', 'export_rows', 'scaled_biases', 'sum_scaled_bias_grads_', 'run_native_config',
+           'hf_loss_check', 'native_reference', 'family_results', 'worker', 'launch_native', 'native_record',
+           'native_parallel']
 
 # %% ../../nbs/native/10_parallel.ipynb #c04c0c04
 from torchtitan.components.loss import cross_entropy_loss
 from torchtitan.components.optimizer import OptimizersContainer
-from torchtitan.components.optimizer.optimizer import ParamGroupConfig, register_moe_load_balancing_hook
+from torchtitan.components.optimizer.optimizer import ParamGroupConfig
 from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
 from torchtitan.distributed import ParallelDims
 from torchtitan.distributed.utils import set_spmd_backend
@@ -47,7 +48,7 @@ from torchtitan.models.qwen3.parallelize import parallelize_qwen3
 from .. import cpu_compat
 from ..checkpoint import checkpoint_name, model_logits
 from ..core import phase_record, worst_status
-from ..load_balancing import balance_part, balance_row, balance_state, counts_the_hook_reduces, expert_biases
+from ..load_balancing import balance_row
 from .export import export_check
 from .family import build_native
 from .load import attention_masks, gate_float32_
@@ -68,11 +69,11 @@ from moe_bench.parallel_worker import (
     RTOL_LOSS,
     SELF_MULTIPLE,
     WORLD,
-    _full,
     grad_diff,
     reassociation,
     reference_steps,
     torchrun,
+    train_steps,
 )
 from ..worker_controls import control_record
 
@@ -248,41 +249,27 @@ def titan_optimizers(titan: nn.Module) -> OptimizersContainer:
     return config.build(model_parts=[titan])
 
 # %% ../../nbs/native/10_parallel.ipynb #7a52ea25
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return (t.to_local() if isinstance(t, DTensor) else t).detach().clone()
+def native_loss(model: Logits, ids_BL, labels_BL, n_global: int, inputs=None) -> torch.Tensor:
+    "torchtitan's cross-entropy summed over the local tokens, divided by the global token count (every reduction a sum)."
+    return cross_entropy_loss(model(input_ids=ids_BL).logits, labels_BL) / n_global
 
 
 def native_train_steps(
     model: Logits, ids_BL, labels_BL, n_global: int, loss_group, pd, fix: bool = False
 ) -> list[dict]:
-    "`STEPS` x (whole weights, forward, torchtitan's loss, backward, whole gradients, torchtitan's optimizer step with its load-balancing hook under `pd`): per step the weights, loss, gradients and load-balancing state."
-    opts, part, seen = titan_optimizers(model.titan), balance_part(model), None
-    if part is not None:  # the counts as each rank holds them, read ahead of torchtitan's hook
-        seen = dict(part=part)
-        counts = lambda: torch.stack([_local(b.moe.tokens_per_expert_E) for b in part.layers.values()])  # noqa: E731
-        opts.register_step_pre_hook(lambda *_: seen.update(local=counts()))
-        register_moe_load_balancing_hook(opts, [model.titan], pd)
-    out = []
-    for _ in range(STEPS):
-        weights = {n: _full(p) for n, p in model.named_parameters()}
-        bias_start = expert_biases(part) if part is not None else None
-        loss = cross_entropy_loss(model(input_ids=ids_BL).logits, labels_BL) / n_global
-        loss.backward()
-        if fix:  # the prototype fix of the TP-scaled biases' gradients (below)
-            sum_scaled_bias_grads_(model.titan, pd)
-        total = loss.detach().clone()
-        if loss_group is not None:
-            dist.all_reduce(total, group=loss_group)
-        grads = {n: _full(p.grad) for n, p in model.named_parameters()}
-        with counts_the_hook_reduces(seen if seen is not None else {}):
-            opts.step()
-        balance = balance_state(seen)
-        out.append(
-            dict(weights=weights, loss=total.item(), grads=grads)
-            | (dict(balance=balance | dict(bias_start=bias_start)) if balance else {})
-        )
-        opts.zero_grad(set_to_none=True)
-    return out
+    "Phase 4's steps (`train_steps`) with torchtitan's loss and optimizer, its load-balancing hook under `pd`, and (`fix`) the prototype fix of the TP-scaled biases' gradients after each backward."
+    fixing = (lambda: sum_scaled_bias_grads_(model.titan, pd)) if fix else None
+    return train_steps(
+        model,
+        ids_BL,
+        labels_BL,
+        n_global,
+        loss_group,
+        dims=pd,
+        opt=titan_optimizers(model.titan),
+        loss_fn=native_loss,
+        after_backward=fixing,
+    )
 
 # %% ../../nbs/native/10_parallel.ipynb #28a426d1
 def optimizer_rows(base: Logits, par: list[dict]) -> list[dict]:

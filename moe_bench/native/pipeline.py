@@ -448,6 +448,7 @@ def local_run_summary(local: dict) -> dict:
         controls_caught=f"{sum(bool(c['caught']) for c in local.get('controls') or [])}/{len(local.get('controls') or [])}",
         hf_loss=hf.get("status") or ("PASS" if hf.get("ok") else "FAIL" if hf else None),
         prototype=(local.get("prototype") or {}).get("status"),
+        fixed=[{k: c.get(k) for k in ("name", "status")} for c in local.get("fixed") or []],
     )
 
 
@@ -468,5 +469,5 @@ PUBLISHED_MADE_BY = (
 
 def published_run(model: str, run, folder: Path) -> dict:
     "`run(model, checkpoint=...)` on a published-config folder written under `folder`, beside the built-in checkpoint's run."
-    local = run(model, checkpoint=str(save_published(folder / model, published_config(model))))
+    local = run(model, checkpoint=str(save_published(folder / f"{model}_published", published_config(model))))
     return with_local_run(run(model), local, PUBLISHED_MADE_BY)

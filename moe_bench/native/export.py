@@ -119,8 +119,9 @@ def hf_loading(folder: Path) -> dict:
 # %% ../../nbs/native/12_export.ipynb #4208b358
 def export_record(ckpt: Checkpoint, folder: Path | None = None) -> dict:
     "The native model of `ckpt` exported to HF's keys: exactness, mutations caught, and the folder HF reads."
-    titan, adapter, _ = load_titan_model(ckpt)
-    out, disk = exported(titan, adapter), disk_tensors(ckpt)
+    disk = disk_tensors(ckpt)  # read once: the model is loaded from it and its export compared with it
+    titan, adapter, _ = load_titan_model(ckpt, disk)
+    out = exported(titan, adapter)
     check, mutations = export_check(out, disk), mutation_rows(out, disk)
     rec = dict(one_process=check, mutations=mutations, adapter=type(adapter).__name__)
     if folder is not None:

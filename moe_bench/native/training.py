@@ -107,11 +107,11 @@ def disk_tensors(ckpt: Checkpoint) -> dict[str, torch.Tensor]:
         return {k: s[:] for k, s in ckpt.slices(list(ckpt.weight_map)).items()}
 
 
-def load_titan_model(ckpt: Checkpoint) -> tuple[nn.Module, object, object]:
-    "torchtitan's native model of the checkpoint loaded strictly through the family's adapter, in train mode; the adapter and config."
+def load_titan_model(ckpt: Checkpoint, disk: dict | None = None) -> tuple[nn.Module, object, object]:
+    "torchtitan's native model of the checkpoint (its tensors `disk`, where already read) loaded strictly through the family's adapter, in train mode; the adapter and config."
     family, cfg = native_family(ckpt.config), titan_config(ckpt.config)
     titan, adapter = build_native(cfg), family.adapter(cfg, None)
-    load_strict_(titan, from_hf(adapter, disk_tensors(ckpt), "the model"), "the model")
+    load_strict_(titan, from_hf(adapter, disk if disk is not None else disk_tensors(ckpt), "the model"), "the model")
     gate_float32_(titan)
     for layer in titan.layers.values() if family.adapt is not None else ():
         family.adapt(layer)

@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from .core import REPO_ROOT, reports_root
+from .core import REPO_ROOT, reports_root, write_text_atomic
 from .report_pages import write_pages
 from .sharding import REPLICATED_WHY
 
@@ -379,6 +379,18 @@ def _native_section(records: dict[str, dict[str, dict]]) -> list[str]:
     return lines
 
 
+def _local_cell(rec: dict) -> str:
+    "A native record's run on a local checkpoint in one cell: its status and per configuration, exports, prototype."
+    local = rec.get("local_checkpoint")
+    if not local:
+        return "-"
+    configs = ", ".join(f"{c['name']} {c['status']}" for c in local.get("configs") or [])
+    fixed = ", ".join(f"{c['name']} {c['status']}" for c in local.get("fixed") or [])
+    extra = f"; with prototype {local['prototype']}" if local.get("prototype") else ""
+    extra += f"; fixed: {fixed}" if fixed else ""
+    return f"{local['status']} ({configs}; exports {local.get('exports_exact')} exact{extra})"
+
+
 def _native_parallel_section(records: dict[str, dict[str, dict]]) -> list[str]:
     "torchtitan's native models under torchtitan's own parallelize: per configuration, its parity and wall time."
     rows = {m: r["native_parallel"] for m, r in records.items() if "native_parallel" in r}
@@ -400,8 +412,8 @@ def _native_parallel_section(records: dict[str, dict[str, dict]]) -> list[str]:
         "",
         "| model | status | "
         + " | ".join(names)
-        + " | HF first loss | sharded exports | controls caught | fixed by prototype |",
-        "|---|---|" + "---|" * len(names) + "---|---|---|---|",
+        + " | HF first loss | sharded exports | controls caught | fixed by prototype | on a published-config checkpoint |",
+        "|---|---|" + "---|" * len(names) + "---|---|---|---|---|",
     ]
     for m, n in rows.items():
         cells = {
@@ -416,7 +428,7 @@ def _native_parallel_section(records: dict[str, dict[str, dict]]) -> list[str]:
             f"{(n.get('hf_loss') or {}).get('status', '-')} | "
             f"{sum(e['status'] == 'PASS' for e in exports)}/{len(exports)} exact, "
             f"{sum(bool(e['caught']) for e in mutations)}/{len(mutations)} mutations caught | "
-            f"{sum(bool(c['caught']) for c in controls)}/{len(controls)} | {fixed} |"
+            f"{sum(bool(c['caught']) for c in controls)}/{len(controls)} | {fixed} | {_local_cell(n)} |"
         )
     return lines
 
@@ -671,7 +683,8 @@ def _native_pipeline_section(records: dict[str, dict[str, dict]]) -> list[str]:
         "### Under torchtitan's pipeline parallelism",
         "",
         f"torchtitan's native model of each family through torchtitan's own `pipeline_llm` with its parallelize "
-        f"function, schedule {first.get('schedule')}, microbatches {first.get('microbatches')}, {first.get('steps')} "
+        f"function, schedule {first.get('schedule')}, microbatches "
+        f"{', '.join(f'{k} {v}' for k, v in (first.get('microbatches') or {}).items())}, {first.get('steps')} "
         "steps of torchtitan's AdamW with its load-balancing hook: per step the loss and every gradient, gathered stage "
         "by stage, against one process under phase 4's rule, the routed-token counts and expert bias exactly; the first "
         "loss against HF's; the stages' export through `to_hf` against the checkpoint bit for bit, with mutations; "
@@ -694,7 +707,7 @@ def _native_pipeline_section(records: dict[str, dict[str, dict]]) -> list[str]:
             f"{'PASS' if (n.get('hf_loss') or {}).get('ok') else 'FAIL'} | "
             f"{sum(e['status'] == 'PASS' for e in exact)}/{len(exact)} exact, "
             f"{sum(bool(e['caught']) for e in caught)}/{len(caught)} mutations caught | "
-            f"{sum(bool(c['caught']) for c in controls)}/{len(controls)} | {fixed} |"
+            f"{sum(bool(c['caught']) for c in controls)}/{len(controls)} | {fixed} | {_local_cell(n)} |"
         )
     notes = {(n.get("prototype") or {}).get("note") for n in rows.values()} - {None}
     notes |= {(n.get("auxiliary_loss") or {}).get("note") for n in rows.values()} - {None}
@@ -876,6 +889,6 @@ def write_docs(root: str | os.PathLike = "", doc_path: str | os.PathLike | None 
         else root / "MODEL_COMPATIBILITY.md"
     )
     doc = Path(doc_path) if doc_path else default_doc
-    doc.write_text(compat_doc(records))
-    (root / "index.html").write_text(index_html(records, root))
+    write_text_atomic(doc, compat_doc(records))  # atomic: a batch killed here leaves the old file whole
+    write_text_atomic(root / "index.html", index_html(records, root))
     return doc, root / "index.html"

@@ -20,10 +20,10 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['REPO_ROOT', 'STATUS_ORDER', 'GOOD', 'NOT_APPLICABLE', 'reports_root', 'model_dir', 'write_json_atomic', 'read_json',
-           'versions', 'peak_rss_gb', 'utc_now', 'randomize_', 'cast_copy', 'in_dtype', 'hidden_of', 'worst_status',
-           'phase_record', 'save_record', 'worst_figure', 'where_not_finite', 'UndeclaredParameterError',
-           'refuse_undeclared_parameters', 'DropLogMessage']
+__all__ = ['REPO_ROOT', 'STATUS_ORDER', 'GOOD', 'NOT_APPLICABLE', 'reports_root', 'model_dir', 'write_text_atomic',
+           'write_json_atomic', 'read_json', 'versions', 'peak_rss_gb', 'utc_now', 'randomize_', 'cast_copy',
+           'in_dtype', 'hidden_of', 'worst_status', 'phase_record', 'save_record', 'worst_figure', 'where_not_finite',
+           'UndeclaredParameterError', 'refuse_undeclared_parameters', 'DropLogMessage']
 
 # %% ../nbs/00_core.ipynb #1aecf687
 REPO_ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
@@ -59,23 +59,31 @@ def _jsonable(obj):
     return obj
 
 
-def write_json_atomic(
+def write_text_atomic(
     path: str | os.PathLike,  # destination file
-    data: dict,  # the record
+    text: str,
 ) -> Path:
-    "Write `data` as JSON to `path` through a temporary file and an atomic rename."
+    "Write `text` to `path` through a temporary file beside it and an atomic rename: a reader, or a process killed mid-write, never sees half a file."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(_jsonable(data), f, indent=2, sort_keys=False)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a record is for everyone to read
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is for everyone to read
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json_atomic(
+    path: str | os.PathLike,  # destination file
+    data: dict,  # the record
+) -> Path:
+    "Write `data` as JSON to `path` through a temporary file and an atomic rename."
+    return write_text_atomic(path, json.dumps(_jsonable(data), indent=2, sort_keys=False))
 
 
 def read_json(path: str | os.PathLike) -> dict:

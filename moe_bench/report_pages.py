@@ -20,13 +20,13 @@ import matplotlib.pyplot as plt
 import nbformat
 from nbconvert import HTMLExporter
 
-from .core import read_json, reports_root
+from .core import read_json, reports_root, write_text_atomic
 
 # %% auto #0
 __all__ = ['RECORD_META', 'REPORT_TEMPLATE', 'NON_FINITE', 'DICT_REPR', 'FLOOR', 'PLOTS', 'PAGE_STYLE', 'FOOTER_KEYS',
-           'FOLDED_CHARS', 'record_stamp', 'page_stamp', 'report_cells', 'render_html', 'fmt', 'rows_table',
-           'pairs_table', 'section', 'show', 'legend_outside', 'plot_gap_stages', 'plot_pretrained_layers',
-           'plot_native_layers', 'figure_img', 'record_page', 'keeps_page', 'write_pages']
+           'FOLDED_CHARS', 'record_stamp', 'page_stamp', 'report_cells', 'inputs_html', 'render_html', 'fmt',
+           'rows_table', 'pairs_table', 'section', 'show', 'legend_outside', 'plot_gap_stages',
+           'plot_pretrained_layers', 'plot_native_layers', 'figure_img', 'record_page', 'keeps_page', 'write_pages']
 
 # %% ../nbs/05a_report_pages.ipynb #b3ec388c
 RECORD_META = "moe-bench-record"  # a page's <meta> naming the record it shows, by its `time_utc`
@@ -66,6 +66,21 @@ def report_cells(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return out
 
 
+def inputs_html(inputs: dict) -> str:
+    "A record's inputs (what it was computed from: `moe_bench.incremental`) as a folded section of its page."
+    rows = [
+        ("digest", inputs.get("digest")),
+        ("versions", ", ".join(f"{k} {v}" for k, v in inputs["versions"].items())),
+    ]
+    rows += [
+        ("config", inputs.get("config")),
+        ("parameters", ", ".join(f"{k}={v}" for k, v in inputs["params"].items()) or "-"),
+    ]
+    rows += [("modules", ", ".join(f"{k} {v}" for k, v in inputs["modules"].items()))]
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<details><summary>inputs: what this record was computed from</summary><table>{body}</table></details>\n"
+
+
 def render_html(notebook: str | os.PathLike, html_path: str | os.PathLike, record: dict | None = None) -> Path:
     "Render an executed notebook to a self-contained HTML report that opens offline, stamped with its `record`."
     nb = report_cells(nbformat.read(str(notebook), as_version=4))
@@ -79,7 +94,10 @@ def render_html(notebook: str | os.PathLike, html_path: str | os.PathLike, recor
         title = f"{record['model']}: {Path(notebook).stem}" if record and "model" in record else Path(notebook).stem
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
     html_path = Path(html_path)
-    html_path.write_text(body.replace("<head>", "<head>\n" + record_stamp(record), 1))
+    body = body.replace("<head>", "<head>\n" + record_stamp(record), 1)
+    if record and record.get("inputs"):  # what the record was computed from, under the notebook's report
+        body = body.replace("</body>", inputs_html(record["inputs"]) + "</body>", 1)
+    write_text_atomic(html_path, body)
     return html_path
 
 # %% ../nbs/05a_report_pages.ipynb #81bb1ab9
@@ -370,6 +388,6 @@ def write_pages(root: str | os.PathLike = "", phases: tuple[str, ...] = ()) -> l
                 continue
             page = path.with_suffix(".html")
             if not keeps_page(page, record):
-                page.write_text(record_page(record, siblings))
+                write_text_atomic(page, record_page(record, siblings))
                 written.append(page)
     return written

@@ -38,18 +38,20 @@ from .coverage import moe_model_candidates, out_of_scope
 from .equivalence import equivalence_phase
 from .gap import gap_analysis_phase
 from .hf import UnknownModelError, real_config
+from .incremental import LockedError, record_inputs, reports_lock, sha, staleness, stored_record
 from .native import native_phase
 from .parallelism import parallelism_batch
 from .pretrained import pretrained_phase
 from .probe import probe_model
 from .report_pages import render_html
-from .trained import TRAINED
+from .trained import TRAINED, checkpoints_root
 from .training import training_phase
 
 # %% auto #0
 __all__ = ['NBS_DIR', 'PHASES', 'PARTS', 'ORDER', 'TCP_NOTICE', 'KERNEL_ARGS', 'PhasePart', 'phase_notebook', 'parse_phases',
            'declared_parameters', 'validate_parameters', 'run_notebook', 'stops_the_run', 'runs_3b', 'run_model',
-           'summary_line', 'exit_code', 'save_and_return', 'run_all', 'check_model', 'main']
+           'summary_line', 'exit_code', 'checkpoint_identity', 'phase_inputs', 'current_record', 'dry_run',
+           'save_and_return', 'run_all', 'check_model', 'main']
 
 # %% ../nbs/06_runner.ipynb #75b2884f
 NBS_DIR = REPO_ROOT / "nbs"
@@ -95,17 +97,19 @@ class PhasePart:
 
     name: str  # the record's `phase`
     notebook: str  # in nbs/
+    module: str  # the moe_bench module that computes it (with what it imports: its record's inputs)
     in_process: Callable[[str], dict] | None  # model -> record; None: the batch runs it otherwise (phase 4: torchrun)
     figures_need: str = ""  # the record key the figures read (an ERROR record lacks it: no figures then)
     figures: Callable[[dict], str] = lambda rec: ""
 
 
 PHASES: dict[str, tuple[PhasePart, ...]] = {  # in the order they run
-    "1": (PhasePart(name="probe", notebook="01_probe.ipynb", in_process=probe_model),),
-    "2": (PhasePart(name="config", notebook="02_config.ipynb", in_process=config_phase),),
+    "1": (PhasePart(name="probe", module="probe", notebook="01_probe.ipynb", in_process=probe_model),),
+    "2": (PhasePart(name="config", module="config", notebook="02_config.ipynb", in_process=config_phase),),
     "3": (
         PhasePart(
             name="equivalence",
+            module="equivalence",
             notebook="03_equivalence.ipynb",
             in_process=equivalence_phase,
             figures_need="metrics",
@@ -113,6 +117,7 @@ PHASES: dict[str, tuple[PhasePart, ...]] = {  # in the order they run
         ),
         PhasePart(
             name="gap_analysis",
+            module="gap",
             notebook="03c_gap_analysis.ipynb",
             in_process=lambda m: gap_analysis_phase(m)[0],
             figures_need="tables",
@@ -122,6 +127,7 @@ PHASES: dict[str, tuple[PhasePart, ...]] = {  # in the order they run
     "3t": (  # training parity: HF's backward and optimizer steps against Titan's
         PhasePart(
             name="training",
+            module="training",
             notebook="08_training.ipynb",
             in_process=training_phase,
             figures_need="gradients",
@@ -131,6 +137,7 @@ PHASES: dict[str, tuple[PhasePart, ...]] = {  # in the order they run
     "3b": (  # in process: the built-in trained checkpoint, where there is one
         PhasePart(
             name="pretrained",
+            module="pretrained",
             notebook="03e_pretrained.ipynb",
             in_process=lambda m: pretrained_phase(m)[0],
             figures_need="logits",
@@ -140,6 +147,7 @@ PHASES: dict[str, tuple[PhasePart, ...]] = {  # in the order they run
     "4": (
         PhasePart(
             name="parallelism",
+            module="parallelism",
             notebook="04_parallelism.ipynb",
             in_process=None,
             figures_need="configs",
@@ -149,6 +157,7 @@ PHASES: dict[str, tuple[PhasePart, ...]] = {  # in the order they run
     "native": (  # torchtitan's own models; asked for by name, not in 1-4; UNSUPPORTED where torchtitan has none
         PhasePart(
             name="native",
+            module="native.phase",
             notebook="07_native.ipynb",
             in_process=native_phase,
             figures_need="summary",
@@ -205,7 +214,13 @@ KERNEL_ARGS = [
 
 # %% ../nbs/06_runner.ipynb #026e6673
 def run_notebook(
-    model: str, name: str, notebook: Path, out_dir: str = "", log_output: bool = False, checkpoint: str = ""
+    model: str,
+    name: str,
+    notebook: Path,
+    out_dir: str = "",
+    log_output: bool = False,
+    checkpoint: str = "",
+    inputs: dict | None = None,  # what the record is computed from (`phase_inputs`): stored in it
 ) -> dict:
     "Run one phase notebook for `model` (`checkpoint`: for the notebook that takes one); return its record."
     folder = model_dir(model, out_dir)
@@ -240,6 +255,9 @@ def run_notebook(
     elif error and record["status"] in GOOD:  # failed after saving a passing record
         record = phase_record(model, name, "ERROR", error=error, saved_status=record["status"])
         save_record(record, out_dir)
+    if inputs is not None:
+        record["inputs"] = inputs
+        save_record(record, out_dir)
     if executed.exists():
         render_html(executed, folder / f"{name}.html", record)  # stamped: the page of this record
     record["wall_s"] = round(time.perf_counter() - start, 1)
@@ -262,25 +280,32 @@ def runs_3b(model: str, checkpoint: str = "") -> bool:
 
 
 def run_model(
-    model: str, phases: list[str] = ("1", "2", "3"), out_dir: str = "", progress: bool = True, checkpoint: str = ""
+    model: str,
+    phases: list[str] = ("1", "2", "3"),
+    out_dir: str = "",
+    progress: bool = True,
+    checkpoint: str = "",
+    force: bool = False,  # recompute a phase whose stored record is current
 ) -> list[dict]:
     "Run phases of `model` (3b on `checkpoint`, or where there is none on the built-in one if any); return their records."
-    steps = [
-        (phase, part.name, NBS_DIR / part.notebook)
-        for phase in phases
-        if phase != "3b" or runs_3b(model, checkpoint)
-        for part in PHASES[phase]
-    ]
+    steps = [(phase, part) for phase in phases if phase != "3b" or runs_3b(model, checkpoint) for part in PHASES[phase]]
     records = []
     bar = tqdm(steps, desc=model, unit="notebook", disable=not progress)
-    for phase, name, notebook in bar:
-        bar.set_postfix_str(name)
-        if not progress:
-            print(f"[{model}] phase {phase} ({name}) ...", flush=True)
-        rec = run_notebook(model, name, notebook, out_dir, checkpoint=checkpoint)
+    for phase, part in bar:
+        name, inputs = part.name, phase_inputs(model, part, out_dir, checkpoint)
+        rec, why = (None, "--force") if force else current_record(model, part, inputs, out_dir)
+        bar.set_postfix_str(f"{name} (current, kept)" if rec is not None else name)
+        if rec is not None:
+            print(
+                f"[{model}] phase {phase} ({name}): {rec['status']}, current (its inputs unchanged): kept", flush=True
+            )
+        else:
+            if not progress:
+                print(f"[{model}] phase {phase} ({name}) ... ({why})", flush=True)
+            rec = run_notebook(model, name, NBS_DIR / part.notebook, out_dir, checkpoint=checkpoint, inputs=inputs)
+            if not progress:
+                print(f"[{model}] phase {phase} ({name}): {rec['status']} in {rec['wall_s']} s", flush=True)
         records.append(rec)
-        if not progress:
-            print(f"[{model}] phase {phase} ({name}): {rec['status']} in {rec['wall_s']} s", flush=True)
         if stops_the_run(rec):
             break
     bar.close()
@@ -306,6 +331,48 @@ def exit_code(records: list[dict]) -> int:
     worst = worst_status(*(r["status"] for r in records)) if records else "ERROR"
     return 0 if worst in GOOD else (3 if worst in NOT_APPLICABLE else 1)
 
+# %% ../nbs/06_runner.ipynb #c4a3230b
+def checkpoint_identity(folder: str | Path) -> str:
+    "A checkpoint folder in one digest: its manifest where it has one (the built-in ones), else its files' names, sizes and times."
+    folder = Path(folder)
+    if (folder / "MANIFEST.sha256").is_file():
+        return sha((folder / "MANIFEST.sha256").read_bytes())
+    files = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    return sha(
+        "\n".join(f"{p.relative_to(folder)} {p.stat().st_size} {p.stat().st_mtime_ns}" for p in files) or "absent"
+    )
+
+
+def phase_inputs(model: str, part: PhasePart, out_dir: str = "", checkpoint: str = "") -> dict:
+    "What `part`'s record of `model` is computed from: its module and the model's expression (phase 1's record), its checkpoint."
+    probe = None if part.name == "probe" else stored_record(model, "probe", out_dir)
+    expression = (probe or {}).get("expression") if (probe or {}).get("expression_kind") != "core" else None
+    params = {}
+    if part.name in ("pretrained", "native"):
+        folder = checkpoint or checkpoints_root() / Path(str(model)).name
+        params = dict(checkpoint=str(checkpoint) or "built-in", checkpoint_identity=checkpoint_identity(folder))
+    return record_inputs(model, [part.module], expression, params, NBS_DIR / part.notebook)
+
+
+def current_record(model: str, part: PhasePart, inputs: dict, out_dir: str = "") -> tuple[dict | None, str | None]:
+    "(the stored record of `part`, None) where it is current for `inputs`; else (None, why it must run)."
+    stored = stored_record(model, part.name, out_dir)
+    why = staleness(stored, inputs)
+    return (stored, None) if why is None else (None, why)
+
+
+def dry_run(
+    models: list[str], phases: list[str], out_dir: str = "", force: bool = False, checkpoint: str = ""
+) -> list[str]:
+    "What a run would do, a line per model and phase record: run (and why) or keep (current). Nothing runs or is written."
+    lines = []
+    for model in models:
+        for part in (part for p in phases if p != "3b" or runs_3b(model, checkpoint) for part in PHASES[p]):
+            inputs = phase_inputs(model, part, out_dir, checkpoint)
+            why = "--force" if force else current_record(model, part, inputs, out_dir)[1]
+            lines.append(f"{model:<28} {part.name:<13} " + (f"run: {why}" if why else "keep: current"))
+    return lines
+
 # %% ../nbs/06_runner.ipynb #4cd6d0cf
 def save_and_return(rec: dict, out_dir: str) -> dict:
     "Save a record and give it back."
@@ -313,23 +380,31 @@ def save_and_return(rec: dict, out_dir: str) -> dict:
     return rec
 
 
-def _in_process(model: str, steps: list, out_dir: str) -> list[dict]:
-    "Phases 1-3 of one model in this process; an out-of-scope model is one UNSUPPORTED record."
+def _in_process(model: str, steps: list[PhasePart], out_dir: str, force: bool = False) -> tuple[list[dict], list[str]]:
+    "Phases 1-3 of one model in this process, each kept where its record is current; the records and the kept phases."
     reason = out_of_scope(model)
     if reason:
-        return [save_and_return(phase_record(model, steps[0][0], "UNSUPPORTED", reason=reason), out_dir)]
-    recs = []
-    for name, fn in steps:
-        start = time.perf_counter()
-        try:
-            rec = fn(model)
-        except Exception as e:
-            rec = phase_record(model, name, "ERROR", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-        rec["wall_s"] = round(time.perf_counter() - start, 1)
-        recs.append(save_and_return(rec, out_dir))
+        return [save_and_return(phase_record(model, steps[0].name, "UNSUPPORTED", reason=reason), out_dir)], []
+    recs, kept = [], []
+    for part in steps:
+        inputs = phase_inputs(model, part, out_dir)
+        rec = None if force else current_record(model, part, inputs, out_dir)[0]
+        if rec is not None:
+            kept.append(part.name)
+        else:
+            start = time.perf_counter()
+            try:
+                rec = part.in_process(model)
+            except Exception as e:
+                rec = phase_record(
+                    model, part.name, "ERROR", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
+                )
+            rec |= dict(wall_s=round(time.perf_counter() - start, 1), inputs=inputs)
+            save_record(rec, out_dir)
+        recs.append(rec)
         if stops_the_run(rec):
             break
-    return recs
+    return recs, kept
 
 
 def _phase1_record(model: str, out_dir: str) -> dict:
@@ -338,11 +413,14 @@ def _phase1_record(model: str, out_dir: str) -> dict:
     return read_json(path) if path.exists() else probe_model(model)
 
 
-def _parallelism(models: list[str], out_dir: str, progress: bool) -> dict[str, dict]:
-    "Phase 4 records of `models`, saved; an out-of-scope model is UNSUPPORTED without a launch."
+def _parallelism(models: list[str], out_dir: str, progress: bool, force: bool = False) -> dict[str, dict]:
+    "Phase 4 records of `models`, saved, each kept where its record is current; an out-of-scope model is UNSUPPORTED without a launch."
     records = {m: phase_record(m, "parallelism", "UNSUPPORTED", reason=r) for m in models if (r := out_of_scope(m))}
+    inputs = {m: phase_inputs(m, PARTS["parallelism"], out_dir) for m in models}
+    kept = {} if force else {m: current_record(m, PARTS["parallelism"], inputs[m], out_dir)[0] for m in models}
+    kept = {m: rec for m, rec in kept.items() if rec is not None}
     probes = {}
-    for m in (m for m in models if m not in records):
+    for m in (m for m in models if m not in records and m not in kept):
         try:
             probes[m] = _phase1_record(m, out_dir)
         except Exception as e:
@@ -353,16 +431,19 @@ def _parallelism(models: list[str], out_dir: str, progress: bool) -> dict[str, d
                 error=f"phase 1 raised {type(e).__name__}: {e}",
                 traceback=traceback.format_exc().splitlines()[-15:],
             )
-    if progress:
-        print(f"[all] phase 4: {len(probes)} models, batched into torchrun launches ...", flush=True)
+    print(f"[all] phase 4: {len(probes)} models batched into torchrun launches, {len(kept)} current (kept)", flush=True)
     records |= parallelism_batch(probes)
-    return {m: save_and_return(records[m], out_dir) for m in models}
+    return kept | {m: save_and_return(records[m] | dict(inputs=inputs[m]), out_dir) for m in models if m not in kept}
 
 
 def run_all(
-    out_dir: str = "", models: list[str] | None = None, progress: bool = True, phases: list[str] = ("1", "2", "3", "3t")
+    out_dir: str = "",
+    models: list[str] | None = None,
+    progress: bool = True,
+    phases: list[str] = ("1", "2", "3", "3t"),
+    force: bool = False,  # recompute the phases whose stored records are current
 ) -> dict[str, list[dict]]:
-    "The chosen phases for every discovered MoE model (or `models`); records by model."
+    "The chosen phases for every discovered MoE model (or `models`), each kept where its record is current; records by model."
     models = list(models or moe_model_candidates())
     results = {m: [] for m in models}
     in_process = [p for p in phases if all(part.in_process for part in PHASES[p])]
@@ -370,18 +451,69 @@ def run_all(
         bar = tqdm(models, desc="all models", unit="model", disable=not progress)
         for model in bar:
             bar.set_postfix_str(model)
-            steps = [
-                (part.name, part.in_process) for p in in_process if p != "3b" or runs_3b(model) for part in PHASES[p]
-            ]
-            results[model] = _in_process(model, steps, out_dir) if steps else []
+            steps = [part for p in in_process if p != "3b" or runs_3b(model) for part in PHASES[p]]
+            results[model], kept = _in_process(model, steps, out_dir, force) if steps else ([], [])
+            bar.set_postfix_str(f"{model}: {len(kept)} of {len(steps)} current, kept" if kept else model)
             if not progress:
-                print(f"[all] {model}: " + ", ".join(f"{r['phase']} {r['status']}" for r in results[model]), flush=True)
+                line = ", ".join(
+                    f"{r['phase']} {r['status']}" + (" (current, kept)" if r["phase"] in kept else "")
+                    for r in results[model]
+                )
+                print(f"[all] {model}: {line}", flush=True)
             gc.collect()
     if "4" in phases:
-        for m, rec in _parallelism(models, out_dir, progress).items():
+        for m, rec in _parallelism(models, out_dir, progress, force).items():
             results[m].append(rec)
     write_docs(out_dir)
     return results
+
+# %% ../nbs/06_runner.ipynb #37c7c215
+def _run_all_command(args) -> int:
+    "`moe-bench run --all`: every model type (or `--models`), the phases kept where current; one line per model."
+    try:
+        phases = parse_phases(args.phases or "1-3t")
+    except ValueError as e:
+        return _refused(e)
+    models = [m for m in args.models.split(",") if m] or None
+    if args.dry_run:
+        print("\n".join(dry_run(models or moe_model_candidates(), phases, args.out, args.force)))
+        return 0
+    with reports_lock(args.out, wait=not args.no_wait):
+        results = run_all(args.out, models, progress=not args.no_progress, phases=phases, force=args.force)
+    worst = {m: worst_status(*(r["status"] for r in recs)) for m, recs in results.items()}
+    for m, st in worst.items():
+        print(f"{m:<28} {st}")
+    print(f"index: {reports_root(args.out) / 'index.html'}")
+    return 1 if any(st == "ERROR" for st in worst.values()) else 0
+
+
+def _run_model_command(args) -> int:
+    "`moe-bench run MODEL`: its phases, each kept where current; a summary line per record."
+    if not args.model:
+        return _refused("name a model, or use --all")
+    try:
+        phases = parse_phases(args.phases or ("3b" if args.checkpoint else "1-4"))
+        if HUB_ID.match(args.model) or "://" in args.model:  # a hub id: its snapshot in the local cache, or refused
+            args.model = str(local_folder(args.model))
+        check_model(args.model)
+        if args.checkpoint:
+            open_checkpoint(args.checkpoint)  # refused here, before any phase, with its reason
+    except (UnknownModelError, CheckpointError, ValueError) as e:
+        return _refused(e)
+    if phases == ["3b"] and not runs_3b(args.model, args.checkpoint):
+        return _refused(
+            f"phase 3b has nothing to run on for {args.model}: pass --checkpoint FOLDER "
+            f"(built-in trained checkpoints: {', '.join(sorted(TRAINED))})"
+        )
+    if args.dry_run:
+        print("\n".join(dry_run([args.model], phases, args.out, args.force, args.checkpoint)))
+        return 0
+    with reports_lock(args.out, wait=not args.no_wait):
+        records = run_model(args.model, phases, args.out, not args.no_progress, args.checkpoint, args.force)
+    for rec in records:
+        print(summary_line(rec))
+    print(f"reports: {model_dir(args.model, args.out)}/")
+    return exit_code(records)
 
 # %% ../nbs/06_runner.ipynb #a4194ed7
 def check_model(model: str) -> None:
@@ -443,41 +575,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("--out", default="", help="reports root (default reports/ in the repo, or $MOE_BENCH_REPORTS)")
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
+    run.add_argument("--models", default="", help="with --all: only these model types (comma-separated)")
+    run.add_argument(
+        "--force", action="store_true", help="recompute every chosen phase, even where its record is current"
+    )
+    run.add_argument(
+        "--dry-run", action="store_true", help="say what would run and why (which input changed); run nothing"
+    )
+    run.add_argument(
+        "--no-wait", action="store_true", help="refuse at once when another moe-bench process writes the reports root"
+    )
     args = parser.parse_args(argv)
     if args.all and (args.model or args.checkpoint):
         return _refused(
             "--all runs every model type on its built-in inputs: give a model or --all, not both, and no --checkpoint"
         )
-    if args.all:
-        try:
-            phases = parse_phases(args.phases or "1-3t")
-        except ValueError as e:
-            return _refused(e)
-        results = run_all(args.out, progress=not args.no_progress, phases=phases)
-        worst = {m: worst_status(*(r["status"] for r in recs)) for m, recs in results.items()}
-        for m, st in worst.items():
-            print(f"{m:<28} {st}")
-        print(f"index: {reports_root(args.out) / 'index.html'}")
-        return 1 if any(st == "ERROR" for st in worst.values()) else 0
-    if not args.model:
-        return _refused("name a model, or use --all")
     try:
-        phases = parse_phases(args.phases or ("3b" if args.checkpoint else "1-4"))
-        if HUB_ID.match(args.model) or "://" in args.model:  # a hub id: its snapshot in the local cache, or refused
-            args.model = str(local_folder(args.model))
-        check_model(args.model)
-        if args.checkpoint:
-            open_checkpoint(args.checkpoint)  # refused here, before any phase, with its reason
-    except (UnknownModelError, CheckpointError, ValueError) as e:
+        return _run_all_command(args) if args.all else _run_model_command(args)
+    except LockedError as e:
         return _refused(e)
-    if phases == ["3b"] and not runs_3b(args.model, args.checkpoint):
-        return _refused(
-            f"phase 3b has nothing to run on for {args.model}: pass --checkpoint FOLDER "
-            f"(built-in trained checkpoints: {', '.join(sorted(TRAINED))})"
-        )
-    records = run_model(args.model, phases, args.out, progress=not args.no_progress, checkpoint=args.checkpoint)
-    folder = model_dir(args.model, args.out)
-    for rec in records:
-        print(summary_line(rec))
-    print(f"reports: {folder}/")
-    return exit_code(records)

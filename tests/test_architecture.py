@@ -47,6 +47,7 @@ FLOORS = [
     {"native"},  # the native package's index, which re-exports its modules' names (the runner imports the phase here)
     {"report_pages"},  # the HTML pages of every record, for the index and the runner
     {"coverage", "compat_doc"},
+    {"incremental"},  # what a record was computed from, current or stale, the reports root's lock
     {"runner"},
 ]
 FLOOR = {m: i for i, floor in enumerate(FLOORS) for m in floor}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ from .core import REPO_ROOT, read_json, reports_root, versions
 from .hf import real_config
 
 # %% auto #0
-__all__ = ['LIB', 'LOCK_NAME', 'module_files', 'imports_of', 'is_prototype', 'closure', 'expression_modules', 'sha',
+__all__ = ['LIB', 'LOCK_NAME', 'module_files', 'imports_of', 'is_prototype', 'closure', 'expression_modules', 'sha', 'file_sha',
            'config_digest', 'record_inputs', 'staleness', 'stored_record', 'LockedError', 'reports_lock']
 
 # %% ../nbs/06a_incremental.ipynb #46d6034f
@@ -38,24 +39,46 @@ def module_files(lib: Path = LIB) -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def _tree(path: str, stamp: tuple[int, int]) -> ast.Module:
+    "A module's syntax tree, parsed once per version of the file (`stamp`: its modification time and size)."
+    return ast.parse(Path(path).read_text())
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
+
+
+@functools.cache
+def _import_specs(path: str, stamp: tuple[int, int]) -> tuple[tuple[int, str, tuple[str, ...]], ...]:
+    "Every import statement of a module as (level, module, names), read once per version of the file."
+    specs = []
+    for node in ast.walk(_tree(path, stamp)):
+        if isinstance(node, ast.ImportFrom):
+            specs.append((node.level, node.module or "", tuple(a.name for a in node.names)))
+        elif isinstance(node, ast.Import):
+            specs += [(0, a.name, ()) for a in node.names]
+    return tuple(specs)
+
+
 def imports_of(name: str, files: dict[str, Path]) -> set[str]:
     "The library modules module `name` imports (relative or absolute; `from pkg import mod` names the module)."
     path = files[name]
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1] + (node.module.split(".") if node.module else [])
-            elif node.module and node.module.split(".")[0] == "moe_bench":
-                base = node.module.split(".")[1:]
-            else:
-                continue
-            for alias in node.names:
-                sub = ".".join([*base, alias.name])
-                out.add(sub if sub in files else ".".join(base))
-        elif isinstance(node, ast.Import):
-            out |= {a.name.removeprefix("moe_bench.") for a in node.names if a.name.startswith("moe_bench.")}
+    for level, module, names in _import_specs(str(path), _stamp(path)):
+        if level:
+            base = package[: len(package) - level + 1] + (module.split(".") if module else [])
+        elif module.split(".")[0] == "moe_bench":
+            base = module.split(".")[1:]
+        else:
+            continue
+        if not names:  # `import moe_bench.x`
+            out.add(".".join(base))
+        for n in names:
+            sub = ".".join([*base, n])
+            out.add(sub if sub in files else ".".join(base))
     return {m for m in out if m in files and m != name}
 
 # %% ../nbs/06a_incremental.ipynb #6e2ea196
@@ -78,7 +101,7 @@ def closure(roots: list[str], files: dict[str, Path], keep=lambda name: not is_p
 
 def _assigns(path: Path, names: set[str]) -> bool:
     "Whether the module at `path` assigns one of `names` at its top level (defines it, rather than imports it)."
-    tree = ast.parse(path.read_text())
+    tree = _tree(str(path), _stamp(path))
     targets = [t for n in tree.body if isinstance(n, ast.Assign) for t in n.targets]
     targets += [n.target for n in tree.body if isinstance(n, ast.AnnAssign)]
     return any(isinstance(t, ast.Name) and t.id in names for t in targets)
@@ -104,6 +127,16 @@ def sha(text: str | bytes) -> str:
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()[:16]
 
 
+@functools.cache
+def _file_sha(path: str, stamp: tuple[int, int]) -> str:
+    return sha(Path(path).read_bytes())
+
+
+def file_sha(path: Path) -> str:
+    "A file's digest, read once per version of the file."
+    return _file_sha(str(path), _stamp(Path(path)))
+
+
 def config_digest(model: str) -> str:
     "The digest of the model's config as the phases read it (a local folder: its config.json as written)."
     path = Path(model).expanduser() / "config.json"
@@ -124,9 +157,9 @@ def record_inputs(
     "What a record of `model` under this phase is computed from, each part's digest and one over all."
     files = files or module_files()
     used = sorted(closure(modules, files) | set(expression_modules(expression, files)))
-    mods = {m: sha(files[m].read_bytes()) for m in used}
+    mods = {m: file_sha(files[m]) for m in used}
     if notebook is not None and Path(notebook).exists():
-        mods[f"nbs/{Path(notebook).name}"] = sha(Path(notebook).read_bytes())
+        mods[f"nbs/{Path(notebook).name}"] = file_sha(Path(notebook))
     parts = dict(
         versions={k: v for k, v in versions().items() if k != "moe_bench"},
         config=config_digest(model),

@@ -715,13 +715,17 @@ def controls_dtype(results: list[dict]) -> str | None:
     return "float32" if tp["status"] == "PASS" else "float64" if tp.get("float64", {}).get("status") == "PASS" else None
 
 
-def plan_controls(ref: Reference, confs: list[dict], results: list[dict], in_float64) -> list[dict]:
-    "Each wrong plan of the model on the TP configuration, in the dtype where TP passes: its record and what caught it."
+def plan_controls(
+    ref: Reference, confs: list[dict], results: list[dict], in_float64, only: tuple[str, ...] = ()
+) -> list[dict]:
+    "Each wrong plan of the model (`only`: those whose label starts so) on the TP configuration, in the dtype where TP passes: its record and what caught it."
     dtype = controls_dtype(results)
     if dtype is None:
         return []
     tp_conf, out = next(c for c in confs if c["name"] == "TP"), []
     for label, bad, rules, expected in negative_plans(ref.plan, ref.hf_tp_plan, ref.base):
+        if only and not label.startswith(only):
+            continue
         conf = dict(tp_conf, name=label)
         if dtype == "float32":
             rec = ref.run(conf, bad, role_rules=rules)
@@ -820,6 +824,7 @@ def model_results(
     device: torch.device,
     negative_controls: bool = True,
     configs: tuple[str, ...] = CONFIG_NAMES,  # a subset (the layout tests run TP alone)
+    only_controls: tuple[str, ...] = (),  # the wrong plans to run, by the start of their labels (none: all)
 ) -> dict:
     "On every rank: one model's reference, its four configurations, its controls and replays; the results rank 0 writes."
     start = time.perf_counter()
@@ -830,7 +835,7 @@ def model_results(
     explain_misses_(ref, confs, results, in_float64)
     controls, replays = [], []
     if negative_controls:
-        controls = plan_controls(ref, confs, results, in_float64) + noise_control(ref, confs, results)
+        controls = plan_controls(ref, confs, results, in_float64, only_controls) + noise_control(ref, confs, results)
         controls += balance_control(ref, confs, results)
         if set(configs) == set(CONFIG_NAMES):  # a full phase 4 run, not a subset (the layout tests run TP alone)
             replays = replay_runs(ref, confs, results)
@@ -850,7 +855,11 @@ def torchrun(module: str, args: list[str], nproc: int, timeout_s: int) -> tuple[
 
 # %% ../nbs/04c_worker.ipynb #057fe493
 def worker(
-    model_names: list[str], out_dir: str, negative_controls: bool = True, configs: tuple[str, ...] = CONFIG_NAMES
+    model_names: list[str],
+    out_dir: str,
+    negative_controls: bool = True,
+    configs: tuple[str, ...] = CONFIG_NAMES,
+    only_controls: tuple[str, ...] = (),
 ) -> None:
     "The torchrun entry: each model in turn; rank 0 writes `<out_dir>/<model>.json` (an error and its traceback if it broke)."
     warnings.filterwarnings("ignore")
@@ -865,7 +874,7 @@ def worker(
     set_spmd_backend("partial_dtensor")
     for name in model_names:
         try:
-            res = model_results(name, device, negative_controls, configs)
+            res = model_results(name, device, negative_controls, configs, only_controls)
         except Exception as e:  # the same code on every rank: each rank fails at the same place and moves on
             res = dict(
                 model=name,
@@ -889,5 +898,10 @@ if __name__ == "__main__" and sys.argv[0].endswith(
     _args.add_argument("--out-dir", required=True)
     _args.add_argument("--no-negative-controls", action="store_true")
     _args.add_argument("--configs", default=",".join(CONFIG_NAMES), help="comma-separated configurations to run")
+    _args.add_argument(
+        "--control", action="append", default=[], help="run only the wrong plans labelled so (repeatable)"
+    )
     _a = _args.parse_args()
-    worker(_a.models.split(","), _a.out_dir, not _a.no_negative_controls, tuple(_a.configs.split(",")))
+    worker(
+        _a.models.split(","), _a.out_dir, not _a.no_negative_controls, tuple(_a.configs.split(",")), tuple(_a.control)
+    )

@@ -33,11 +33,13 @@ def launch_worker(
     negative_controls: bool = True,
     timeout_s: int | None = None,
     configs: tuple[str, ...] = CONFIG_NAMES,
+    only_controls: tuple[str, ...] = (),  # the wrong plans to run, by the start of their labels (none: all)
 ) -> tuple[int, str, float]:
     "Run the worker for `models` under one torchrun; (exit code, output tail, wall seconds)."
     nproc = nproc or int(os.environ.get("MOE_BENCH_NPROC") or WORLD)
     args = ["--models", ",".join(models), "--out-dir", out_dir, "--configs", ",".join(configs)]
     args += [] if negative_controls else ["--no-negative-controls"]
+    args += [a for label in only_controls for a in ("--control", label)]
     return torchrun("moe_bench.parallel_worker", args, nproc, timeout_s or 600 + 240 * len(models))
 
 

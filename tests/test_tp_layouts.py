@@ -219,7 +219,8 @@ def launches(tmp_path_factory):
         if world not in done:
             models = MODELS if world == 2 else TP4
             out = tmp_path_factory.mktemp(f"tp_ws{world}")
-            rc, tail, _ = launch_worker(models, str(out), nproc=world, configs=("TP",))
+            controls = tuple(dict.fromkeys(c[3] for c in CASES if c[0] in models))  # each case's control alone
+            rc, tail, _ = launch_worker(models, str(out), nproc=world, configs=("TP",), only_controls=controls)
             assert rc == 0, tail
             done[world] = {m: json.load(open(out / f"{m}.json")) for m in models}
         return done[world]

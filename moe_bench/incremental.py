@@ -137,13 +137,22 @@ def file_sha(path: Path) -> str:
     return _file_sha(str(path), _stamp(Path(path)))
 
 
+@functools.cache
+def _type_config_digest(model: str) -> str:
+    cfg, _ = real_config(model)
+    return sha(cfg.to_json_string(use_diff=False))
+
+
 def config_digest(model: str) -> str:
     "The digest of the model's config as the phases read it (a local folder: its config.json as written)."
     path = Path(model).expanduser() / "config.json"
-    if path.is_file():
-        return sha(path.read_bytes())
-    cfg, _ = real_config(model)
-    return sha(cfg.to_json_string(use_diff=False))
+    return file_sha(path) if path.is_file() else _type_config_digest(model)
+
+
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
+    "The versions a record depends on (moe_bench's own aside: its source is in the modules), read once per process."
+    return tuple((k, v) for k, v in versions().items() if k != "moe_bench")
 
 
 def record_inputs(
@@ -161,7 +170,7 @@ def record_inputs(
     if notebook is not None and Path(notebook).exists():
         mods[f"nbs/{Path(notebook).name}"] = file_sha(Path(notebook))
     parts = dict(
-        versions={k: v for k, v in versions().items() if k != "moe_bench"},
+        versions=dict(_versions()),
         config=config_digest(model),
         params=params or {},
         modules=mods,

@@ -15,6 +15,9 @@ from moe_bench.pipeline_hf import pipeline_batch
 if __name__ == "__main__":
     args = argparse.ArgumentParser()
     args.add_argument("--models", help="comma-separated model types (default: every one with a probe record)")
+    args.add_argument(
+        "--out-dir", default="", help="where the records go (default: the reports root, where the probes are)"
+    )
     a = args.parse_args()
     probes = {p.parent.name: p for p in sorted(reports_root().glob("*/probe.json"))}
     models = a.models.split(",") if a.models else list(probes)
@@ -23,7 +26,7 @@ if __name__ == "__main__":
     print(f"{len(runnable)} phase-4-runnable; not run: {skipped}")
     start = time.perf_counter()
     for model, rec in pipeline_batch(runnable).items():
-        save_record(rec)
+        save_record(rec, a.out_dir)
         runs = {
             c["name"]: c["status"] for c in rec.get("configs", []) + ((rec.get("prototype") or {}).get("configs") or [])
         }

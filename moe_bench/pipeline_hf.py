@@ -113,7 +113,9 @@ def layer_streams(model: nn.Module, ids_BL: torch.Tensor, inputs: dict) -> list[
     def hook(layer, args, kwargs, out):
         x_BLD, y = _stream(args, kwargs), out[0] if isinstance(out, tuple) else out
         same = lambda v: torch.is_tensor(v) and torch.is_tensor(x_BLD) and v is not x_BLD and v.shape == x_BLD.shape  # noqa: E731
-        others = [k for k, v in kwargs.items() if same(v)] + [f"argument {i}" for i, v in enumerate(args[1:], 1) if same(v)]
+        others = [k for k, v in kwargs.items() if same(v)] + [
+            f"argument {i}" for i, v in enumerate(args[1:], 1) if same(v)
+        ]
         seen.append(dict(x=x_BLD, y=y, tuple_len=len(out) if isinstance(out, tuple) else 0, others=others))
 
     handles = [layer.register_forward_hook(hook, with_kwargs=True) for layer in decoder_layers(probe)]
@@ -146,7 +148,9 @@ def model_parts(model: nn.Module) -> dict[str, nn.Module | None]:
     except AttributeError:
         norm = None
     head = getattr(model, "lm_head", None)
-    return dict(embeddings=embeddings(model), norm=norm, head=head if head is not None else model.get_output_embeddings())
+    return dict(
+        embeddings=embeddings(model), norm=norm, head=head if head is not None else model.get_output_embeddings()
+    )
 
 
 def cannot_split(model: nn.Module, streams: list[dict]) -> str | None:
@@ -382,7 +386,11 @@ def pipeline_run(
     schedule = _build_pipeline_schedule(
         parallelism=parallelism, local_batch_size=rows, stages=[pipe], loss_fn=microbatch_loss(loss_mode)
     )
-    mine = slice(0, rows) if dims is None else slice(*(rows * (dims.get_mesh("batch").get_local_rank() + k) for k in (0, 1)))
+    mine = (
+        slice(0, rows)
+        if dims is None
+        else slice(*(rows * (dims.get_mesh("batch").get_local_rank() + k) for k in (0, 1)))
+    )
     ids_BL, labels_BL = (t[mine].to(device) for t in ref.batch)
     inputs = {k: v[mine].to(device) for k, v in model_inputs_of(ref.base, ref.swapped, ref.batch[0]).items()}
     positions_BL = torch.arange(BATCH * SEQ).view(BATCH, SEQ)[mine]
@@ -414,7 +422,9 @@ def pipeline_run(
             out.append(dict(weights=_merged(w), loss=total.item(), grads=_merged(g)))
             if any(b is not None for b in bal):
                 out[-1]["balance"] = dict(
-                    counts=_rows([b and b["counts"] for b in bal]), bias=_rows([b and b["bias"] for b in bal]), bias_start=_rows(b0)
+                    counts=_rows([b and b["counts"] for b in bal]),
+                    bias=_rows([b and b["bias"] for b in bal]),
+                    bias_start=_rows(b0),
                 )
         opt.zero_grad(set_to_none=True)
     return out if dist.get_rank(group) == 0 else None
@@ -465,7 +475,9 @@ def run_row(ref: Reference, conf: PipelineConfig, split, streams, group, dims, p
         if par is not None:
             row["status"], row["steps"], row["error"] = judge(ref, conf, par)
     except Exception as e:  # the same code on every rank: each fails at the same place
-        row |= dict(status="ERROR", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc().splitlines()[-12:])
+        row |= dict(
+            status="ERROR", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc().splitlines()[-12:]
+        )
     dist.barrier(group)
     return row | dict(wall_s=round(time.perf_counter() - start, 2))
 
@@ -553,7 +565,9 @@ def worker(model_names: list[str], out_dir: str, controls: bool = True) -> None:
         try:
             res = model_pipeline(name, device, groups, controls)
         except Exception as e:  # the same code on every rank: each rank fails at the same place and moves on
-            res = dict(model=name, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc().splitlines()[-15:])
+            res = dict(
+                model=name, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc().splitlines()[-15:]
+            )
         if dist.get_rank() == 0:
             with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
                 json.dump(res, f, default=str)
@@ -589,11 +603,14 @@ def launch_pipeline(models: list[str], out_dir: str, controls: bool = True, time
 def _config_row(c: dict) -> dict:
     steps = c.get("steps") or []
     worst = [s["worst"].get("max_abs_diff", float("inf")) / s["worst"]["tol"] for s in steps if "tol" in s["worst"]]
-    return dict(
-        loss=[s["loss"] for s in steps],
-        loss_reference=[s["loss_reference"] for s in steps],
-        worst_ratio=max(worst, default=None),  # the worst gradient in units of its tolerance, over the steps
-    ) | c
+    return (
+        dict(
+            loss=[s["loss"] for s in steps],
+            loss_reference=[s["loss_reference"] for s in steps],
+            worst_ratio=max(worst, default=None),  # the worst gradient in units of its tolerance, over the steps
+        )
+        | c
+    )
 
 
 def _control_row(c: dict) -> dict:
@@ -608,7 +625,12 @@ def pipeline_record(model: str, res: dict, launch: dict) -> dict:
     common = dict(num_layers=res["num_layers"], layer_streams=res["layer_streams"], launch=launch)
     if res["cannot_split"]:
         return phase_record(
-            model, "pipeline", "UNSUPPORTED", cannot_split=res["cannot_split"], reason=f"cannot split: {res['cannot_split']}", **common
+            model,
+            "pipeline",
+            "UNSUPPORTED",
+            cannot_split=res["cannot_split"],
+            reason=f"cannot split: {res['cannot_split']}",
+            **common,
         )
     configs, controls = [_config_row(c) for c in res["configs"]], [_control_row(c) for c in res["controls"]]
     caught = ["PASS" if c["caught"] else "FAIL" for c in controls]
@@ -629,7 +651,9 @@ def pipeline_record(model: str, res: dict, launch: dict) -> dict:
         configs=configs,
         controls=controls,
         load_balancing=dict(balances=res["balances"]),
-        prototype=dict(note=COUNTS_PROTOTYPE, configs=prototype, status=worst_status(*[c["status"] for c in prototype], *caught))
+        prototype=dict(
+            note=COUNTS_PROTOTYPE, configs=prototype, status=worst_status(*[c["status"] for c in prototype], *caught)
+        )
         if res["balances"]
         else None,
         tolerance=TOLERANCE,

@@ -42,7 +42,8 @@ FLOORS = [
     {"native.parallel"},  # the native model under torchtitan's own parallelize (torchrun), and its sharded export
     {"native.pipeline_worker"},  # torchtitan's pipeline_llm on every rank (torchrun), the stages gathered
     {"native.pipeline"},  # pipeline parallelism's launch, one-process check and record
-    {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism"},  # the phases
+    # the phases (pipeline_hf: phase 4 under pipeline parallelism, its torchrun worker and its record)
+    {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism", "pipeline_hf"},
     {"native.phase"},  # the native phase: it runs phase 3b on the folder the export writes
     {"native"},  # the native package's index, which re-exports its modules' names (the runner imports the phase here)
     {"report_pages"},  # the HTML pages of every record, for the index and the runner

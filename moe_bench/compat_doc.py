@@ -32,6 +32,7 @@ PHASE_FILES = (
     "native_parallel",
     "native_pipeline",
     "parallelism",
+    "pipeline",
 )
 
 
@@ -655,6 +656,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     ]
     lines += _balance_and_replays(records)
     lines += _replicated_section(records)
+    lines += _pipeline_section(records)
     needs: dict[str, list[str]] = {}
     for m, r in records.items():
         for issue in r.get("probe", {}).get("issues") or []:
@@ -665,6 +667,49 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     lines += ["", "## Core Changes Needed for Full Support", ""]
     lines += [f"- {issue}: {', '.join(ms)}" for issue, ms in sorted(needs.items())] or ["- none recorded"]
     return "\n".join(lines) + "\n"
+
+
+def _pipeline_section(records: dict[str, dict[str, dict]]) -> list[str]:
+    "Phase 4's pipeline parallelism (`moe_bench.pipeline_hf`): per model each configuration, the prototype, controls, stages."
+    rows = {m: r["pipeline"] for m, r in records.items() if "pipeline" in r}
+    if not rows:
+        return []
+    ran = [n for n in rows.values() if n.get("configs")]
+    first = ran[0] if ran else {}
+    names = [c["name"] for c in first.get("configs") or []]
+    lines = [
+        "",
+        "### Pipeline parallelism (PP)",
+        "",
+        f"The same small models split in {len(first.get('stages') or [])} stages at their layer boundary, HF's own "
+        f"forward on each stage's copy (`moe_bench.pipeline_hf`), schedule {first.get('schedule')} as torchtitan builds "
+        f"it, microbatches {', '.join(f'{k} {v}' for k, v in (first.get('microbatches') or {}).items())}, "
+        f"{first.get('steps')} SGD steps with torchtitan's load-balancing hook per stage: per step every gradient, "
+        "the loss, the weights and the routed-token counts and expert bias against one process under phase 4's rule; "
+        "controls (a stage boundary that drops or repeats a layer, the microbatch loss not over the batch's tokens) "
+        "must FAIL. `with prototype`: the same under the counts prototype (torch's PipelineStage counts the tokens of "
+        "its metadata-inference forward into the first step's load balancing).",
+        "",
+        "| model | status | " + " | ".join(names) + " | with prototype | controls caught | stages |",
+        "|---|---|" + "---|" * len(names) + "---|---|---|",
+    ]
+    for m, n in rows.items():
+        if not n.get("configs"):
+            lines.append(
+                f"| {m} | {n['status']} | "
+                + " | ".join("-" for _ in names)
+                + f" | - | - | {n.get('reason') or n.get('error') or '-'} |"
+            )
+            continue
+        cells = {c["name"]: c["status"] for c in n["configs"]}
+        controls = n.get("controls") or []
+        stages = " / ".join(", ".join(s) for s in n.get("stages") or [])
+        lines.append(
+            f"| {m} | {n['status']} | " + " | ".join(cells.get(x, "-") for x in names) + " | "
+            f"{(n.get('prototype') or {}).get('status') or '-'} | "
+            f"{sum(bool(c['caught']) for c in controls)}/{len(controls)} | {stages} |"
+        )
+    return lines
 
 
 def _native_pipeline_section(records: dict[str, dict[str, dict]]) -> list[str]:
@@ -692,8 +737,8 @@ def _native_pipeline_section(records: dict[str, dict[str, dict]]) -> list[str]:
         "",
         "| model | status | "
         + " | ".join(names)
-        + " | HF first loss | stage exports | controls caught | with prototype |",
-        "|---|---|" + "---|" * len(names) + "---|---|---|---|",
+        + " | HF first loss | stage exports | controls caught | with prototype | on a published-config checkpoint |",
+        "|---|---|" + "---|" * len(names) + "---|---|---|---|---|",
     ]
     for m, n in rows.items():
         cells = {c["name"]: f"{c['status']} ({c.get('wall_s')})" for c in n["configs"]}
@@ -809,6 +854,7 @@ PHASE_COLUMNS = (  # the index's columns: a record's phase, and its heading
     ("training", "training (3t)"),
     ("pretrained", "pretrained (3b)"),
     ("parallelism", "parallelism"),
+    ("pipeline", "pipeline (PP)"),
     ("native", "native"),
 )
 INDEX_STYLE = (

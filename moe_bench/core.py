@@ -13,7 +13,10 @@ import logging
 import math
 import os
 import resource
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -23,7 +26,7 @@ from torch import nn
 __all__ = ['REPO_ROOT', 'STATUS_ORDER', 'GOOD', 'NOT_APPLICABLE', 'reports_root', 'model_dir', 'write_text_atomic',
            'write_json_atomic', 'read_json', 'versions', 'peak_rss_gb', 'utc_now', 'randomize_', 'cast_copy',
            'in_dtype', 'hidden_of', 'worst_status', 'phase_record', 'save_record', 'worst_figure', 'where_not_finite',
-           'UndeclaredParameterError', 'refuse_undeclared_parameters', 'DropLogMessage']
+           'UndeclaredParameterError', 'refuse_undeclared_parameters', 'DropLogMessage', 'torchrun']
 
 # %% ../nbs/00_core.ipynb #1aecf687
 REPO_ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
@@ -224,3 +227,15 @@ class DropLogMessage(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith(self.prefix)
+
+# %% ../nbs/00_core.ipynb #a0fde7b2
+def torchrun(module: str, args: list[str], nproc: int, timeout_s: int) -> tuple[int, str, float]:
+    "Run `python -m module args` under torchrun on `nproc` processes: (exit code, output tail, wall seconds)."
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", module]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    start = time.perf_counter()
+    try:
+        run = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as e:
+        return 124, f"timed out after {timeout_s} s: {(e.stderr or '')[-3000:]}", time.perf_counter() - start
+    return run.returncode, (run.stdout + run.stderr)[-3000:], time.perf_counter() - start

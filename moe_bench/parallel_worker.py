@@ -12,7 +12,6 @@ import datetime
 import gc
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -60,7 +59,7 @@ __all__ = ['SEED', 'BATCH', 'SEQ', 'STEPS', 'LR', 'SEQUENCE_RATES', 'SEQUENCE_EN
            'split_gradients', 'reference_steps', 'grad_diff', 'compare_steps', 'parity_error', 'rounding_floor',
            'run_config', 'float64_runner', 'float64_summary', 'cause_of_miss', 'same_weights_on_every_rank',
            'tracked_parameters', 'Reference', 'reference_of', 'explain_misses_', 'controls_dtype', 'plan_controls',
-           'noise_control', 'balance_control', 'replay_runs', 'model_record', 'model_results', 'torchrun', 'worker']
+           'noise_control', 'balance_control', 'replay_runs', 'model_record', 'model_results', 'worker']
 
 # %% ../nbs/04c_worker.ipynb #6b4ceb3c
 SEED, BATCH, SEQ, STEPS, LR = 0, 4, 16, 2, 0.1  # the batch phase 4 trains on: the model's sequence fields fit SEQ
@@ -840,18 +839,6 @@ def model_results(
         if set(configs) == set(CONFIG_NAMES):  # a full phase 4 run, not a subset (the layout tests run TP alone)
             replays = replay_runs(ref, confs, results)
     return model_record(model_name, ref, device, results, controls, start) | dict(replays=replays)
-
-# %% ../nbs/04c_worker.ipynb #af02e736
-def torchrun(module: str, args: list[str], nproc: int, timeout_s: int) -> tuple[int, str, float]:
-    "Run `python -m module args` under torchrun on `nproc` processes: (exit code, output tail, wall seconds)."
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", module]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    start = time.perf_counter()
-    try:
-        run = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired as e:
-        return 124, f"timed out after {timeout_s} s: {(e.stderr or '')[-3000:]}", time.perf_counter() - start
-    return run.returncode, (run.stdout + run.stderr)[-3000:], time.perf_counter() - start
 
 # %% ../nbs/04c_worker.ipynb #057fe493
 def worker(

@@ -11,8 +11,8 @@ import re
 import tempfile
 
 from .compare import meta_moe_block
-from .core import GOOD, phase_record, worst_status
-from .parallel_worker import CONFIG_NAMES, WORLD, torchrun
+from .core import GOOD, phase_record, torchrun, worst_status
+from .parallel_worker import CONFIG_NAMES, WORLD
 from .prototypes import expression_of
 from .synth import synthetic_config
 

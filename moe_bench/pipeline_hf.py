@@ -29,7 +29,7 @@ from torchtitan.distributed.pipeline_parallel import _build_pipeline_schedule
 from torchtitan.distributed.utils import set_spmd_backend
 
 from . import cpu_compat
-from .core import phase_record, worst_status
+from .core import phase_record, torchrun, worst_status
 from .hf import decoder_layers, embeddings, final_norm
 from moe_bench.load_balancing import (
     OneProcess,
@@ -55,7 +55,6 @@ from moe_bench.parallel_worker import (
     reference_of,
     reference_steps,
     token_noises,
-    torchrun,
 )
 from .sharding import apply_fsdp, apply_model_parallel, check_plan
 

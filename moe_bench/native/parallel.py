@@ -47,7 +47,7 @@ from torchtitan.models.qwen3.parallelize import parallelize_qwen3
 
 from .. import cpu_compat
 from ..checkpoint import checkpoint_name, model_logits
-from ..core import phase_record, worst_status
+from ..core import phase_record, torchrun, worst_status
 from ..load_balancing import balance_row
 from .export import export_check
 from .family import build_native
@@ -72,7 +72,6 @@ from moe_bench.parallel_worker import (
     grad_diff,
     reassociation,
     reference_steps,
-    torchrun,
     train_steps,
 )
 from ..worker_controls import control_record

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..checkpoint import checkpoint_name, model_logits
 from ..compare import experts_in_input_dtype
-from ..core import phase_record, worst_status
+from ..core import phase_record, torchrun, worst_status
 from ..load_balancing import OneProcess, load_balancing
 from .export import export_check, exported
 from .load import FLOAT32, attention_masks
@@ -48,7 +48,7 @@ from moe_bench.native.training import (
     open_training,
     trainable_in,
 )
-from ..parallel_worker import RTOL_LOSS, SELF_MULTIPLE, grad_diff, torchrun
+from ..parallel_worker import RTOL_LOSS, SELF_MULTIPLE, grad_diff
 from ..published import published_config, save_published
 
 # %% auto #0

@@ -13,6 +13,13 @@ import re
 from pathlib import Path
 
 from .core import REPO_ROOT, reports_root, write_text_atomic
+from moe_bench.doc_native import (
+    fmt_cell,
+    native_parallel_section,
+    native_pipeline_section,
+    native_section,
+    pipeline_section,
+)
 from .report_pages import write_pages
 from .sharding import REPLICATED_WHY
 
@@ -48,10 +55,6 @@ def load_records(root: str | os.PathLike = "") -> dict[str, dict[str, dict]]:
         if recs:
             out[folder.name] = recs
     return out
-
-
-def _fmt(v, spec=".2e"):
-    return "n/a" if v is None else (format(v, spec) if isinstance(v, (int, float)) else str(v))
 
 
 def _expressed_by(rec: dict) -> str:
@@ -269,18 +272,18 @@ def not_pass_reason(recs: dict) -> str | None:
     if eq.get("status") == "FAIL":
         bf16, neg = eq.get("metrics", {}).get("bfloat16", {}), eq.get("negative_control") or {}
         if bf16.get("status") == "FAIL":
-            why.append(f"bfloat16 KL {_fmt(bf16.get('kl'))} is above the FAIL threshold")
+            why.append(f"bfloat16 KL {fmt_cell(bf16.get('kl'))} is above the FAIL threshold")
         if (eq.get("roundtrip") or {}).get("status") not in (None, "PASS"):
             why.append("the state-dict round trip is not exact")
         if neg and not neg.get("caught"):
             why.append(
-                f"the negative control ({neg['mapping']}) reaches {neg['status']} with KL {_fmt(neg['kl'])} and max_diff "
-                f"{_fmt(neg['max_diff'])}: on this block the KL verdict cannot tell a wrong mapping from the right one"
+                f"the negative control ({neg['mapping']}) reaches {neg['status']} with KL {fmt_cell(neg['kl'])} and max_diff "
+                f"{fmt_cell(neg['max_diff'])}: on this block the KL verdict cannot tell a wrong mapping from the right one"
             )
     if gap.get("status") in ("FAIL", "ERROR"):
         finals = {dt: t[-1] for dt, t in (gap.get("tables") or {}).items() if t and t[-1].get("max_diff") != 0.0}
         why += [
-            f"gap analysis {dt}: {row.get('description')} (max_diff {_fmt(row.get('max_diff'))})"
+            f"gap analysis {dt}: {row.get('description')} (max_diff {fmt_cell(row.get('max_diff'))})"
             for dt, row in finals.items()
         ]
         if gap.get("status") == "ERROR":
@@ -316,121 +319,14 @@ def _pretrained_section(records: dict[str, dict[str, dict]]) -> list[str]:
             else Path(p["checkpoint"]["folder"]).name
         )
         lines.append(
-            f"| {m} | {ckpt} | {sm['moe_layers']} | {status} | {p['status_strict']} | {_fmt(sm['worst_kl_bfloat16'])} | "
-            f"{_fmt(lg['token_kl_mean'])} | {lg['top1_agreement']:.1%} | "
-            f"{_fmt(p['logits'].get('aligned', {}).get('max_diff'))} | {sm['controls_caught']} |"
+            f"| {m} | {ckpt} | {sm['moe_layers']} | {status} | {p['status_strict']} | {fmt_cell(sm['worst_kl_bfloat16'])} | "
+            f"{fmt_cell(lg['token_kl_mean'])} | {lg['top1_agreement']:.1%} | "
+            f"{fmt_cell(p['logits'].get('aligned', {}).get('max_diff'))} | {sm['controls_caught']} |"
         )
     blocked = [(m, p) for m, p in rows.items() if not p.get("layers")]
     lines += [""] + [
         f"- {m}: {p['status']}: {'; '.join(p.get('issues') or [p.get('reason') or ''])}" for m, p in blocked
     ]
-    return lines
-
-
-def _export_cell(export: dict | None) -> str:
-    "The native table's export cell: exactness over the keys, mutations caught, and phase 3b on the written folder."
-    if not export:
-        return "-"
-    one, rows = export["one_process"], [m for m in export["mutations"] if m["applies"]]
-    exact = f"{one['keys'] - len(one['differ']) - len(one['missing'])}/{one['keys']} exact"
-    caught = f"{sum(bool(m['caught']) for m in rows)}/{len(rows)} mutations"
-    return f"{export['status']} ({exact}, {caught}, 3b {export.get('pretrained', {}).get('status', '-')})"
-
-
-def _native_section(records: dict[str, dict[str, dict]]) -> list[str]:
-    "The native-model table: torchtitan's own model built from an HF checkpoint, against HF, and what it took."
-    rows = {m: r["native"] for m, r in records.items() if "native" in r}
-    if not rows:
-        return []
-    lines = [
-        "",
-        "## Native torchtitan models (built from an HF checkpoint)",
-        "",
-        "torchtitan's own model of the family, built from the checkpoint's `config.json` and loaded strictly through its",
-        "state-dict adapter, against HF on every layer, both residual streams and the logits. Ratios are Titan's error",
-        "over HF's own in the same dtype (float32: both against HF float64; bfloat16: both against HF float32), bound 4.",
-        "`random missed` lists the negative controls the same check on random weights would have let pass.",
-        "torchtitan 0.3.0's `qwen3_5` imports a GPU-only package and is out of scope on this CPU machine.",
-        "",
-        "`export`: Titan's model written back through the adapter's `to_hf` against the checkpoint (every key, every value",
-        "bit for bit), the export mutations caught, and phase 3b on the folder it writes.",
-        "",
-        "| model | Titan model | status | worst ratio f32 | worst ratio bf16 | top-1 f32 | top-1 bf16 (HF's own) | controls caught | random missed | export |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for m, n in rows.items():
-        s = n.get("summary") or {}
-        missed = [
-            c["control"]
-            for c in n.get("random_weights") or []
-            if c["control"] != "none (the right conversion)" and not c["caught"]
-        ]
-        lines.append(
-            f"| {m} | {n.get('family', {}).get('titan_model', '-')} | {n['status']} | {_fmt(s.get('worst_ratio_float32'), '.3f')} | "
-            f"{_fmt(s.get('worst_ratio_bfloat16'), '.3f')} | {s.get('top1_float32', 0):.1%} | "
-            f"{s.get('top1_bfloat16', 0):.1%} ({s.get('top1_hf_bfloat16', 0):.1%}) | {n.get('controls_caught')} | {', '.join(missed) or '-'} | {_export_cell(n.get('export'))} |"
-        )
-    lines += ["", "What each family needed, and each negative control's worst ratio (measured here):", ""]
-    for m, n in rows.items():
-        needed = "; ".join(x for x in (n.get("family", {}).get("rope_layout"), n.get("family", {}).get("note")) if x)
-        controls = ", ".join(f"{c['control']} {_fmt(c['worst_ratio'], '.1e')}" for c in n.get("controls") or [])
-        lines.append(f"- {m}: {needed}; controls: {controls}")
-    adaptations = sorted({a for n in rows.values() for a in n.get("cpu_adaptations") or []})
-    lines += ["", "CPU adaptations, the same for every family:", ""] + [f"- {a}" for a in adaptations]
-    return lines
-
-
-def _local_cell(rec: dict) -> str:
-    "A native record's run on a local checkpoint in one cell: its status and per configuration, exports, prototype."
-    local = rec.get("local_checkpoint")
-    if not local:
-        return "-"
-    configs = ", ".join(f"{c['name']} {c['status']}" for c in local.get("configs") or [])
-    fixed = ", ".join(f"{c['name']} {c['status']}" for c in local.get("fixed") or [])
-    extra = f"; with prototype {local['prototype']}" if local.get("prototype") else ""
-    extra += f"; fixed: {fixed}" if fixed else ""
-    return f"{local['status']} ({configs}; exports {local.get('exports_exact')} exact{extra})"
-
-
-def _native_parallel_section(records: dict[str, dict[str, dict]]) -> list[str]:
-    "torchtitan's native models under torchtitan's own parallelize: per configuration, its parity and wall time."
-    rows = {m: r["native_parallel"] for m, r in records.items() if "native_parallel" in r}
-    if not rows:
-        return []
-    first = next(iter(rows.values()))
-    names = [c["name"] for c in first.get("configs") or []]
-    lines = [
-        "",
-        "### Under torchtitan's own parallelism",
-        "",
-        f"torchtitan's native model of each family under its own parallelize function ({first.get('world_size')} "
-        f"{first.get('backend')} processes, `{first.get('spmd_backend')}`), {first.get('steps')} steps of torchtitan's "
-        "optimizer with its load-balancing hook where the MoE has an expert bias: per step the loss and every gradient "
-        "against one process, within 4 times one process's own rounding under the same re-association (phase 4's "
-        "rule); the first loss against HF's; the sharded model gathered and exported through `to_hf` against the "
-        "checkpoint bit for bit, with gathering mutations; controls that must FAIL. Cells: status (worst ratio to the "
-        "bound, wall s).",
-        "",
-        "| model | status | "
-        + " | ".join(names)
-        + " | HF first loss | sharded exports | controls caught | fixed by prototype | on a published-config checkpoint |",
-        "|---|---|" + "---|" * len(names) + "---|---|---|---|---|",
-    ]
-    for m, n in rows.items():
-        cells = {
-            c["name"]: f"{c['status']} ({_fmt(c.get('worst_ratio'), '.2f')}, {c.get('wall_s')})" for c in n["configs"]
-        }
-        exports = [e for e in n.get("exports") or [] if not e.get("mutation")]
-        mutations = [e for e in n.get("exports") or [] if e.get("mutation")]
-        controls = n.get("controls") or []
-        fixed = ", ".join(f"{c['name']} {c['status']}" for c in n.get("fixed") or []) or "-"
-        lines.append(
-            f"| {m} | {n['status']} | " + " | ".join(cells.get(name, "-") for name in names) + " | "
-            f"{(n.get('hf_loss') or {}).get('status', '-')} | "
-            f"{sum(e['status'] == 'PASS' for e in exports)}/{len(exports)} exact, "
-            f"{sum(bool(e['caught']) for e in mutations)}/{len(mutations)} mutations caught | "
-            f"{sum(bool(c['caught']) for c in controls)}/{len(controls)} | {fixed} | {_local_cell(n)} |"
-        )
     return lines
 
 
@@ -495,7 +391,7 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
         steps = "/".join(s["status"] for s in t.get("steps") or []) or "-"
         lines.append(
             f"| {m} | {_expressed_by(t)} | {t['status']} | {t.get('status_with_prototype') or t.get('status_with_extension') or '-'} | "
-            f"{_fmt(f32.get('ratio'), '.3f')} ({f32.get('key', '-')}) | {_fmt(bf16.get('ratio'), '.3f')} | {steps} | "
+            f"{fmt_cell(f32.get('ratio'), '.3f')} ({f32.get('key', '-')}) | {fmt_cell(bf16.get('ratio'), '.3f')} | {steps} | "
             f"{t.get('mutations_caught', '-')} | {_aux_cell(t)} |"
         )
     definitions = {
@@ -525,8 +421,8 @@ def _training_section(records: dict[str, dict[str, dict]]) -> list[str]:
             g = n.get("gradients") or {}
             f32, bf16 = (g.get(dt, {}).get("worst") or {} for dt in ("float32", "bfloat16"))
             lines.append(
-                f"| {m} | {n['status']} | {_fmt(f32.get('ratio'), '.2f')} ({f32.get('key', '-')}) | "
-                f"{_fmt(bf16.get('ratio'), '.2f')} ({bf16.get('key', '-')}) | "
+                f"| {m} | {n['status']} | {fmt_cell(f32.get('ratio'), '.2f')} ({f32.get('key', '-')}) | "
+                f"{fmt_cell(bf16.get('ratio'), '.2f')} ({bf16.get('key', '-')}) | "
                 f"{'/'.join(s['status'] for s in n.get('steps') or []) or '-'} | {n.get('mutations_caught', '-')} | "
                 f"{(n.get('counts') or {}).get('tensors', '-')} |"
             )
@@ -599,8 +495,8 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['model']} | {r['expression']} | {r['status']} | {r['strict']} | {r['passes_with'] or '-'} | {_fmt(r['kl'])} | {_fmt(r['max_diff'])} | {_fmt(r['cos_sim'], '.6f')} | "
-        f"{r['roundtrip']} | {_fmt(r['max_diff_aligned'])} | {r['gap']} |"
+        f"| {r['model']} | {r['expression']} | {r['status']} | {r['strict']} | {r['passes_with'] or '-'} | {fmt_cell(r['kl'])} | {fmt_cell(r['max_diff'])} | {fmt_cell(r['cos_sim'], '.6f')} | "
+        f"{r['roundtrip']} | {fmt_cell(r['max_diff_aligned'])} | {r['gap']} |"
         for r in rows
     ]
     reasons = [(m, why) for m, r in compared.items() if (why := not_pass_reason(r))]
@@ -610,7 +506,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     lines += _mutation_section(records)
     lines += _training_section(records)
     lines += _pretrained_section(records)
-    lines += _native_section(records) + _native_parallel_section(records) + _native_pipeline_section(records)
+    lines += native_section(records) + native_parallel_section(records) + native_pipeline_section(records)
     lines += ["", "## Architectural Differences per Model", ""]
     for m, r in compared.items():
         lines += _arch_section(m, r)
@@ -656,7 +552,7 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     ]
     lines += _balance_and_replays(records)
     lines += _replicated_section(records)
-    lines += _pipeline_section(records)
+    lines += pipeline_section(records)
     needs: dict[str, list[str]] = {}
     for m, r in records.items():
         for issue in r.get("probe", {}).get("issues") or []:
@@ -667,96 +563,6 @@ def compat_doc(records: dict[str, dict[str, dict]]) -> str:
     lines += ["", "## Core Changes Needed for Full Support", ""]
     lines += [f"- {issue}: {', '.join(ms)}" for issue, ms in sorted(needs.items())] or ["- none recorded"]
     return "\n".join(lines) + "\n"
-
-
-def _pipeline_section(records: dict[str, dict[str, dict]]) -> list[str]:
-    "Phase 4's pipeline parallelism (`moe_bench.pipeline_hf`): per model each configuration, the prototype, controls, stages."
-    rows = {m: r["pipeline"] for m, r in records.items() if "pipeline" in r}
-    if not rows:
-        return []
-    ran = [n for n in rows.values() if n.get("configs")]
-    first = ran[0] if ran else {}
-    names = [c["name"] for c in first.get("configs") or []]
-    lines = [
-        "",
-        "### Pipeline parallelism (PP)",
-        "",
-        f"The same small models split in {len(first.get('stages') or [])} stages at their layer boundary, HF's own "
-        f"forward on each stage's copy (`moe_bench.pipeline_hf`), schedule {first.get('schedule')} as torchtitan builds "
-        f"it, microbatches {', '.join(f'{k} {v}' for k, v in (first.get('microbatches') or {}).items())}, "
-        f"{first.get('steps')} SGD steps with torchtitan's load-balancing hook per stage: per step every gradient, "
-        "the loss, the weights and the routed-token counts and expert bias against one process under phase 4's rule; "
-        "controls (a stage boundary that drops or repeats a layer, the microbatch loss not over the batch's tokens) "
-        "must FAIL. `with prototype`: the same under the counts prototype (torch's PipelineStage counts the tokens of "
-        "its metadata-inference forward into the first step's load balancing).",
-        "",
-        "| model | status | " + " | ".join(names) + " | with prototype | controls caught | stages |",
-        "|---|---|" + "---|" * len(names) + "---|---|---|",
-    ]
-    for m, n in rows.items():
-        if not n.get("configs"):
-            lines.append(
-                f"| {m} | {n['status']} | "
-                + " | ".join("-" for _ in names)
-                + f" | - | - | {n.get('reason') or n.get('error') or '-'} |"
-            )
-            continue
-        cells = {c["name"]: c["status"] for c in n["configs"]}
-        controls = n.get("controls") or []
-        stages = " / ".join(", ".join(s) for s in n.get("stages") or [])
-        lines.append(
-            f"| {m} | {n['status']} | " + " | ".join(cells.get(x, "-") for x in names) + " | "
-            f"{(n.get('prototype') or {}).get('status') or '-'} | "
-            f"{sum(bool(c['caught']) for c in controls)}/{len(controls)} | {stages} |"
-        )
-    return lines
-
-
-def _native_pipeline_section(records: dict[str, dict[str, dict]]) -> list[str]:
-    "torchtitan's native models through torchtitan's `pipeline_llm`: per configuration its parity, export, wall time."
-    rows = {
-        m: r["native_pipeline"]
-        for m, r in records.items()
-        if "native_pipeline" in r and r["native_pipeline"].get("configs")
-    }
-    if not rows:
-        return []
-    first = next(iter(rows.values()))
-    names = [c["name"] for c in first["configs"]]
-    lines = [
-        "",
-        "### Under torchtitan's pipeline parallelism",
-        "",
-        f"torchtitan's native model of each family through torchtitan's own `pipeline_llm` with its parallelize "
-        f"function, schedule {first.get('schedule')}, microbatches "
-        f"{', '.join(f'{k} {v}' for k, v in (first.get('microbatches') or {}).items())}, {first.get('steps')} "
-        "steps of torchtitan's AdamW with its load-balancing hook: per step the loss and every gradient, gathered stage "
-        "by stage, against one process under phase 4's rule, the routed-token counts and expert bias exactly; the first "
-        "loss against HF's; the stages' export through `to_hf` against the checkpoint bit for bit, with mutations; "
-        "stage and loss controls that must FAIL. Cells: status (wall s).",
-        "",
-        "| model | status | "
-        + " | ".join(names)
-        + " | HF first loss | stage exports | controls caught | with prototype | on a published-config checkpoint |",
-        "|---|---|" + "---|" * len(names) + "---|---|---|---|---|",
-    ]
-    for m, n in rows.items():
-        cells = {c["name"]: f"{c['status']} ({c.get('wall_s')})" for c in n["configs"]}
-        exports = [e for c in n["configs"] for e in c.get("export") or []]
-        exact = [e for e in exports if not e.get("mutation")]
-        caught = [e for e in exports if e.get("mutation")]
-        controls = n.get("controls") or []
-        fixed = (n.get("prototype") or {}).get("status") or "-"
-        lines.append(
-            f"| {m} | {n['status']} | " + " | ".join(cells.get(name, "-") for name in names) + " | "
-            f"{'PASS' if (n.get('hf_loss') or {}).get('ok') else 'FAIL'} | "
-            f"{sum(e['status'] == 'PASS' for e in exact)}/{len(exact)} exact, "
-            f"{sum(bool(e['caught']) for e in caught)}/{len(caught)} mutations caught | "
-            f"{sum(bool(c['caught']) for c in controls)}/{len(controls)} | {fixed} | {_local_cell(n)} |"
-        )
-    notes = {(n.get("prototype") or {}).get("note") for n in rows.values()} - {None}
-    notes |= {(n.get("auxiliary_loss") or {}).get("note") for n in rows.values()} - {None}
-    return lines + [""] + [f"- {note}" for note in sorted(notes)]
 
 # %% ../nbs/05_compat_doc.ipynb #acae54e37e7d407bbb7b55eff062a284
 IN_SCOPE = ("PASS", "WARN", "BLOCKED", "FAIL", "ERROR")  # probe statuses of a decoder MoE (not UNSUPPORTED, NO_MOE)
@@ -778,11 +584,13 @@ def unexplained(recs: dict) -> str | None:
         return None  # stages not traced, and the run in the model is HF's bit for bit
     if gap.get("status") == "BLOCKED":
         in_model = (
-            f"; in the model max_diff {_fmt(proto['max_diff'])} / {_fmt(proto['max_diff_float32'])}" if proto else ""
+            f"; in the model max_diff {fmt_cell(proto['max_diff'])} / {fmt_cell(proto['max_diff_float32'])}"
+            if proto
+            else ""
         )
         return f"gap analysis BLOCKED: {gap.get('reason') or '; '.join(gap.get('issues') or [])}{in_model}"
     return f"gap analysis {gap.get('status', 'not run')}, final max_diff " + ", ".join(
-        f"{dt} {_fmt(v)}" for dt, v in finals.items()
+        f"{dt} {fmt_cell(v)}" for dt, v in finals.items()
     )
 
 
@@ -903,8 +711,8 @@ def index_html(records: dict[str, dict[str, dict]], root: Path) -> str:
         rows.append(
             f"<tr data-status='{html.escape(r['status'])}' data-model='{html.escape(m)}'><td>{html.escape(m)}</td>"
             f"<td>{html.escape(r['expression'])}</td><td class='{html.escape(r['status'])}'>{html.escape(r['status'])}</td>"
-            f"<td>{html.escape(r['passes_with'] or '-')}</td><td>{_fmt(r['kl'])}</td><td>{_fmt(r['max_diff'])}</td>"
-            f"<td>{_fmt(r['max_diff_aligned'])}</td>{cells}</tr>\n"
+            f"<td>{html.escape(r['passes_with'] or '-')}</td><td>{fmt_cell(r['kl'])}</td><td>{fmt_cell(r['max_diff'])}</td>"
+            f"<td>{fmt_cell(r['max_diff_aligned'])}</td>{cells}</tr>\n"
         )
     statuses = sorted({summary_row(m, recs)["status"] for m, recs in records.items()})
     options = "".join(f"<option>{html.escape(s)}</option>" for s in statuses)

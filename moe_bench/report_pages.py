@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
+import hashlib
 import html
 import io
 import math
@@ -20,13 +22,14 @@ import matplotlib.pyplot as plt
 import nbformat
 from nbconvert import HTMLExporter
 
-from .core import read_json, reports_root, write_text_atomic
+from .core import REPO_ROOT, read_json, reports_root, write_text_atomic
 
 # %% auto #0
 __all__ = ['RECORD_META', 'REPORT_TEMPLATE', 'NON_FINITE', 'DICT_REPR', 'FLOOR', 'PLOTS', 'PAGE_STYLE', 'FOOTER_KEYS',
-           'FOLDED_CHARS', 'record_stamp', 'page_stamp', 'report_cells', 'inputs_html', 'render_html', 'fmt',
-           'rows_table', 'pairs_table', 'section', 'show', 'legend_outside', 'plot_gap_stages',
-           'plot_pretrained_layers', 'plot_native_layers', 'figure_img', 'record_page', 'keeps_page', 'write_pages']
+           'FOLDED_CHARS', 'PAGE_KEY_META', 'record_stamp', 'page_stamp', 'report_cells', 'inputs_html', 'render_html',
+           'fmt', 'rows_table', 'pairs_table', 'section', 'show', 'legend_outside', 'plot_gap_stages',
+           'plot_pretrained_layers', 'plot_native_layers', 'figure_img', 'page_key', 'page_key_meta', 'record_page',
+           'current_page', 'keeps_page', 'write_pages']
 
 # %% ../nbs/05a_report_pages.ipynb #b3ec388c
 RECORD_META = "moe-bench-record"  # a page's <meta> naming the record it shows, by its `time_utc`
@@ -334,6 +337,25 @@ def _fold(key: str, body: str) -> str:
     return f"<details{'' if len(body) > FOLDED_CHARS else ' open'}><summary><b>{html.escape(key)}</b></summary>\n{body}</details>\n"
 
 
+PAGE_KEY_META = "moe_bench-page"
+
+
+@functools.lru_cache(maxsize=1)
+def _renderer_digest() -> str:
+    "The digest of this module's source: a record page rendered by other code is rendered again."
+    source = Path(__file__) if "__file__" in globals() else REPO_ROOT / "moe_bench" / "report_pages.py"
+    return hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+
+
+def page_key(siblings: list[str]) -> str:
+    "What a record page shows beside its record: the renderer's source and the sibling records it links."
+    return f"{_renderer_digest()} {' '.join(siblings)}"
+
+
+def page_key_meta(siblings: list[str]) -> str:
+    return f'<meta name="{PAGE_KEY_META}" content="{html.escape(page_key(siblings), quote=True)}">'
+
+
 def record_page(record: dict, siblings: list[str] = ()) -> str:
     "The HTML page of one record: its headline fields, its plots, then every other field as a table or a section."
     model, phase, status = record.get("model", "?"), record.get("phase", "?"), record.get("status", "?")
@@ -349,7 +371,7 @@ def record_page(record: dict, siblings: list[str] = ()) -> str:
         + [f'<a href="{html.escape(p)}.html">{html.escape(p)}</a>' for p in siblings if p != phase]
     )
     parts = [
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'>{record_stamp(record)}",
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'>{record_stamp(record)}{page_key_meta(siblings)}",
         f"<meta name='generator' content='moe_bench.report_pages'><title>{html.escape(model)}: {html.escape(phase)}</title>",
         f"<style>{PAGE_STYLE}</style></head><body>",
         f"<h1>{html.escape(model)}: {html.escape(phase)} <span class='status {html.escape(status)}'>{html.escape(status)}</span></h1>",
@@ -366,6 +388,14 @@ def record_page(record: dict, siblings: list[str] = ()) -> str:
     return "\n".join(parts)
 
 # %% ../nbs/05a_report_pages.ipynb #cae63aa3
+def current_page(page: Path, record: dict, siblings: list[str]) -> bool:
+    "Whether `page` is this record's page as it would be rendered now: the same record, renderer and siblings."
+    if not page.exists():
+        return False
+    head = page.read_text(errors="replace")[:4000]
+    return page_stamp(page) == (record.get("time_utc") or "") and page_key_meta(siblings) in head
+
+
 def keeps_page(page: Path, record: dict) -> bool:
     "Whether `page` is a notebook report of this very record (richer than a record page: keep it)."
     return (
@@ -387,7 +417,7 @@ def write_pages(root: str | os.PathLike = "", phases: tuple[str, ...] = ()) -> l
             if not isinstance(record, dict) or "phase" not in record or (phases and record["phase"] not in phases):
                 continue
             page = path.with_suffix(".html")
-            if not keeps_page(page, record):
+            if not keeps_page(page, record) and not current_page(page, record, siblings):
                 write_text_atomic(page, record_page(record, siblings))
                 written.append(page)
     return written

@@ -46,7 +46,7 @@ FLOORS = [
     {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism", "pipeline_hf"},
     {"native.phase"},  # the native phase: it runs phase 3b on the folder the export writes
     {"native"},  # the native package's index, which re-exports its modules' names (the runner imports the phase here)
-    {"report_pages"},  # the HTML pages of every record, for the index and the runner
+    {"report_pages", "doc_native"},  # the HTML pages of every record; the doc's native and pipeline sections
     {"coverage", "compat_doc"},
     {"incremental"},  # what a record was computed from, current or stale, the reports root's lock
     {"runner"},

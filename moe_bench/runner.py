@@ -383,8 +383,13 @@ def save_and_return(rec: dict, out_dir: str) -> dict:
 def _in_process(model: str, steps: list[PhasePart], out_dir: str, force: bool = False) -> tuple[list[dict], list[str]]:
     "Phases 1-3 of one model in this process, each kept where its record is current; the records and the kept phases."
     reason = out_of_scope(model)
-    if reason:
-        return [save_and_return(phase_record(model, steps[0].name, "UNSUPPORTED", reason=reason), out_dir)], []
+    if reason:  # one record, kept like any other while its inputs hold
+        inputs = phase_inputs(model, steps[0], out_dir)
+        rec = None if force else current_record(model, steps[0], inputs, out_dir)[0]
+        if rec is not None:
+            return [rec], [steps[0].name]
+        rec = phase_record(model, steps[0].name, "UNSUPPORTED", reason=reason, inputs=inputs)
+        return [save_and_return(rec, out_dir)], []
     recs, kept = [], []
     for part in steps:
         inputs = phase_inputs(model, part, out_dir)

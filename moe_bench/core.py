@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -26,7 +27,8 @@ from torch import nn
 __all__ = ['REPO_ROOT', 'STATUS_ORDER', 'GOOD', 'NOT_APPLICABLE', 'reports_root', 'model_dir', 'write_text_atomic',
            'write_json_atomic', 'read_json', 'versions', 'peak_rss_gb', 'utc_now', 'randomize_', 'cast_copy',
            'in_dtype', 'hidden_of', 'worst_status', 'phase_record', 'save_record', 'worst_figure', 'where_not_finite',
-           'UndeclaredParameterError', 'refuse_undeclared_parameters', 'DropLogMessage', 'torchrun']
+           'UndeclaredParameterError', 'refuse_undeclared_parameters', 'DropLogMessage', 'torchrun', 'launch_records',
+           'in_launches']
 
 # %% ../nbs/00_core.ipynb #1aecf687
 REPO_ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
@@ -239,3 +241,33 @@ def torchrun(module: str, args: list[str], nproc: int, timeout_s: int) -> tuple[
     except subprocess.TimeoutExpired as e:
         return 124, f"timed out after {timeout_s} s: {(e.stderr or '')[-3000:]}", time.perf_counter() - start
     return run.returncode, (run.stdout + run.stderr)[-3000:], time.perf_counter() - start
+
+
+def launch_records(models: list[str], phase: str, launch, record) -> dict[str, dict]:
+    """The records of `models` from one torchrun launch: `launch(models, out_dir)` gives (exit code, output tail, wall
+    seconds) and leaves `<out_dir>/<model>.json`, `record(model, result, launch)` makes a record of one; an ERROR
+    naming how the launch ended for each model it left without results."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rc, tail, wall = launch(models, tmp)
+        info = dict(models=len(models), wall_s=round(wall, 1), exit_code=rc)
+        killed = re.search(r"exitcode\s*:\s*-9\b", tail)  # SIGKILL: on this machine, the out-of-memory killer
+        why = f"torchrun exit {rc} before this model's results" + (
+            " (a rank was killed by SIGKILL, as the kernel's out-of-memory killer does)" if killed else ""
+        )
+        return {
+            m: record(m, json.load(open(path)), info)
+            if os.path.exists(path := os.path.join(tmp, f"{m}.json"))
+            else phase_record(m, phase, "ERROR", error=why, launch_error=True, output_tail=tail, launch=info)
+            for m in models
+        }
+
+
+def in_launches(models: list[str], one_launch, per_launch: int) -> dict[str, dict]:
+    "`one_launch(models)` over chunks of `per_launch` models; a launch that died takes the models after the culprit with it: each of those again alone."
+    records = {}
+    for chunk in [models[i : i + per_launch] for i in range(0, len(models), per_launch)]:
+        done = one_launch(chunk)
+        if len(chunk) > 1:
+            done |= {m: one_launch([m])[m] for m in chunk if done[m].get("launch_error")}
+        records |= done
+    return records

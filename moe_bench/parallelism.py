@@ -5,13 +5,10 @@
 # %% ../nbs/04_parallelism.ipynb #7701ae2b
 from __future__ import annotations
 
-import json
 import os
-import re
-import tempfile
 
 from .compare import meta_moe_block
-from .core import GOOD, phase_record, torchrun, worst_status
+from .core import GOOD, in_launches, launch_records, phase_record, torchrun, worst_status
 from .parallel_worker import CONFIG_NAMES, WORLD
 from .prototypes import expression_of
 from .synth import synthetic_config
@@ -162,33 +159,14 @@ def parallelism_batch(
             runnable.append(m)
         else:
             records[m] = phase_record(m, "parallelism", probe["status"], reason=f"phase 1 did not pass: {why}")
-    for chunk in [runnable[i : i + MODELS_PER_LAUNCH] for i in range(0, len(runnable), MODELS_PER_LAUNCH)]:
-        done = _launch(chunk, negative_controls)
-        if len(chunk) > 1:  # a launch that died takes the models after the culprit with it: each of those alone
-            done |= {
-                m: _launch([m], negative_controls)[m]
-                for m in chunk
-                if done[m]["status"] == "ERROR" and "launch_error" in done[m]
-            }
-        records |= done
+    records |= in_launches(runnable, lambda ms: _launch(ms, negative_controls), MODELS_PER_LAUNCH)
     return {m: records[m] for m in probes}
 
 
 def _launch(models: list[str], negative_controls: bool) -> dict[str, dict]:
     "The phase 4 records of `models` from one torchrun launch; an ERROR naming how the launch ended for those it left without results."
-    with tempfile.TemporaryDirectory() as tmp:
-        rc, tail, wall = launch_worker(models, tmp, negative_controls=negative_controls)
-        launch = dict(models=len(models), wall_s=round(wall, 1), exit_code=rc)
-        killed = re.search(r"exitcode\s*:\s*-9\b", tail)  # SIGKILL: on this machine, the kernel's out-of-memory killer
-        why = f"torchrun exit {rc} before this model's results" + (
-            " (a rank was killed by SIGKILL, as the kernel's out-of-memory killer does)" if killed else ""
-        )
-        return {
-            m: _record(m, json.load(open(path)), launch)
-            if os.path.exists(path := os.path.join(tmp, f"{m}.json"))
-            else phase_record(m, "parallelism", "ERROR", error=why, launch_error=True, output_tail=tail, launch=launch)
-            for m in models
-        }
+    run = lambda ms, out: launch_worker(ms, out, negative_controls=negative_controls)  # noqa: E731
+    return launch_records(models, "parallelism", run, _record)
 
 
 def parallelism_phase(model: str, probe: dict, negative_controls: bool = True) -> dict:

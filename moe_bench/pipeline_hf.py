@@ -11,9 +11,7 @@ import copy
 import datetime
 import json
 import os
-import re
 import sys
-import tempfile
 import time
 import traceback
 import warnings
@@ -29,7 +27,7 @@ from torchtitan.distributed.pipeline_parallel import _build_pipeline_schedule
 from torchtitan.distributed.utils import set_spmd_backend
 
 from . import cpu_compat
-from .core import phase_record, torchrun, worst_status
+from .core import in_launches, launch_records, phase_record, torchrun, worst_status
 from .hf import decoder_layers, embeddings, final_norm
 from moe_bench.load_balancing import (
     OneProcess,
@@ -39,7 +37,7 @@ from moe_bench.load_balancing import (
     expert_biases,
     load_balancing,
 )
-from .native.pipeline_worker import COUNTS_PROTOTYPE, counts_kept_through_metadata_inference
+from .native.pipeline_worker import COUNTS_PROTOTYPE, PROTOTYPE_SUFFIX, counts_kept_through_metadata_inference
 from moe_bench.parallel_worker import (
     BATCH,
     LR,
@@ -59,12 +57,11 @@ from moe_bench.parallel_worker import (
 from .sharding import apply_fsdp, apply_model_parallel, check_plan
 
 # %% auto #0
-__all__ = ['SCHEDULE', 'PIPELINE_CONFIGS', 'WORLD', 'PLAIN', 'CONTROLS', 'PROTOTYPE_SUFFIX', 'MODELS_PER_LAUNCH', 'NOTES',
-           'PipelineConfig', 'layer_streams', 'model_parts', 'cannot_split', 'default_split', 'drop_a_layer',
-           'repeat_a_layer', 'stage_layers', 'dense_only_stages', 'PassThrough', 'Removed', 'ZeroEmbedding',
-           'stage_model', 'HFStage', 'split_stages', 'stages_compose', 'microbatch_loss', 'pipeline_run', 'judge',
-           'run_row', 'model_pipeline', 'pipeline_groups', 'worker', 'launch_pipeline', 'pipeline_record',
-           'pipeline_batch']
+__all__ = ['SCHEDULE', 'PIPELINE_CONFIGS', 'WORLD', 'PLAIN', 'CONTROLS', 'MODELS_PER_LAUNCH', 'NOTES', 'PipelineConfig',
+           'layer_streams', 'model_parts', 'cannot_split', 'default_split', 'drop_a_layer', 'repeat_a_layer',
+           'stage_layers', 'dense_only_stages', 'PassThrough', 'Removed', 'ZeroEmbedding', 'stage_model', 'HFStage',
+           'split_stages', 'stages_compose', 'microbatch_loss', 'pipeline_run', 'judge', 'run_row', 'model_pipeline',
+           'pipeline_groups', 'worker', 'launch_pipeline', 'pipeline_record', 'pipeline_batch']
 
 # %% ../nbs/04h_pipeline.ipynb #78c339b8
 SCHEDULE = "1F1B"  # torch.distributed.pipelining's, as torchtitan names it (its default), built by torchtitan
@@ -453,7 +450,6 @@ CONTROLS = {  # name -> (change of the stage split, microbatch loss): each must 
     "microbatch loss summed, not divided by the batch's tokens": (None, "summed"),
     "microbatch loss over its own tokens, not the batch's": (None, "own tokens"),
 }
-PROTOTYPE_SUFFIX = " with the counts prototype"
 
 
 def run_row(ref: Reference, conf: PipelineConfig, split, streams, group, dims, prototype: bool, **run_kw) -> dict:
@@ -666,34 +662,7 @@ def pipeline_record(model: str, res: dict, launch: dict) -> dict:
     )
 
 
-def _launch(models: list[str], controls: bool) -> dict[str, dict]:
-    "The records of `models` from one launch; an ERROR naming how the launch ended for those it left without results."
-    with tempfile.TemporaryDirectory() as tmp:
-        rc, tail, wall = launch_pipeline(models, tmp, controls)
-        launch = dict(models=len(models), wall_s=round(wall, 1), exit_code=rc)
-        killed = " (a rank was killed by SIGKILL)" if re.search(r"exitcode\s*:\s*-9\b", tail) else ""
-        return {
-            m: pipeline_record(m, json.load(open(path)), launch)
-            if os.path.exists(path := os.path.join(tmp, f"{m}.json"))
-            else phase_record(
-                m,
-                "pipeline",
-                "ERROR",
-                error=f"torchrun exit {rc} before this model's results{killed}",
-                launch_error=True,
-                output_tail=tail,
-                launch=launch,
-            )
-            for m in models
-        }
-
-
 def pipeline_batch(models: list[str], controls: bool = True) -> dict[str, dict]:
     "Pipeline records of `models` (phase 4 runnable: `phase4_gate`), up to `MODELS_PER_LAUNCH` per torchrun launch."
-    records = {}
-    for chunk in [models[i : i + MODELS_PER_LAUNCH] for i in range(0, len(models), MODELS_PER_LAUNCH)]:
-        done = _launch(chunk, controls)
-        if len(chunk) > 1:  # a launch that died takes the models after the culprit with it: each of those alone
-            done |= {m: _launch([m], controls)[m] for m in chunk if done[m].get("launch_error")}
-        records |= done
-    return records
+    run = lambda ms, out: launch_pipeline(ms, out, controls)  # noqa: E731
+    return in_launches(models, lambda ms: launch_records(ms, "pipeline", run, pipeline_record), MODELS_PER_LAUNCH)

@@ -24,11 +24,11 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['REPO_ROOT', 'STATUS_ORDER', 'GOOD', 'NOT_APPLICABLE', 'reports_root', 'model_dir', 'write_text_atomic',
-           'write_json_atomic', 'read_json', 'versions', 'peak_rss_gb', 'utc_now', 'randomize_', 'cast_copy',
-           'in_dtype', 'hidden_of', 'worst_status', 'phase_record', 'save_record', 'worst_figure', 'where_not_finite',
-           'UndeclaredParameterError', 'refuse_undeclared_parameters', 'DropLogMessage', 'torchrun', 'launch_records',
-           'in_launches']
+__all__ = ['REPO_ROOT', 'STATUS_ORDER', 'GOOD', 'NOT_APPLICABLE', 'ABORTED', 'RELAUNCHED', 'reports_root', 'model_dir',
+           'write_text_atomic', 'write_json_atomic', 'read_json', 'versions', 'peak_rss_gb', 'utc_now', 'randomize_',
+           'cast_copy', 'in_dtype', 'hidden_of', 'worst_status', 'phase_record', 'save_record', 'worst_figure',
+           'where_not_finite', 'UndeclaredParameterError', 'refuse_undeclared_parameters', 'DropLogMessage', 'torchrun',
+           'launch_records', 'in_launches']
 
 # %% ../nbs/00_core.ipynb #1aecf687
 REPO_ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
@@ -231,16 +231,32 @@ class DropLogMessage(logging.Filter):
         return not record.getMessage().startswith(self.prefix)
 
 # %% ../nbs/00_core.ipynb #a0fde7b2
-def torchrun(module: str, args: list[str], nproc: int, timeout_s: int) -> tuple[int, str, float]:
-    "Run `python -m module args` under torchrun on `nproc` processes: (exit code, output tail, wall seconds)."
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", module]
+ABORTED = re.compile(r"exitcode\s*:\s*-6\b|SIGABRT")  # how torchrun reports a rank that died by SIGABRT
+RELAUNCHED = "[moe_bench] launched twice:"  # how a relaunched launch's output tail starts
+
+
+def _torchrun_once(cmd: list[str], timeout_s: int) -> tuple[int, str, float]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     start = time.perf_counter()
     try:
-        run = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout_s, env=env)
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired as e:
         return 124, f"timed out after {timeout_s} s: {(e.stderr or '')[-3000:]}", time.perf_counter() - start
     return run.returncode, (run.stdout + run.stderr)[-3000:], time.perf_counter() - start
+
+
+def torchrun(module: str, args: list[str], nproc: int, timeout_s: int) -> tuple[int, str, float]:
+    """Run `python -m module args` under torchrun on `nproc` processes: (exit code, output tail, wall seconds). A
+    launch in which a rank died by SIGABRT runs once more, and its tail starts with `RELAUNCHED` and the first tail:
+    gloo aborts its whole process when a connection fails in its listener thread (pytorch/gloo#514), which CI's
+    loaded 2 cores met twice in one run, early in a launch. A rank that aborts again is the launch's result."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", module]
+    rc, tail, wall = _torchrun_once([*cmd, *args], timeout_s)
+    if rc == 0 or not ABORTED.search(tail):
+        return rc, tail, wall
+    rc2, tail2, wall2 = _torchrun_once([*cmd, *args], timeout_s)
+    first = f"{RELAUNCHED} a rank died by SIGABRT in the first (exit {rc}), whose tail was:\n{tail[-1200:]}"
+    return rc2, f"{first}\n--- the second launch:\n{tail2}", wall + wall2
 
 
 def launch_records(models: list[str], phase: str, launch, record) -> dict[str, dict]:
@@ -250,6 +266,8 @@ def launch_records(models: list[str], phase: str, launch, record) -> dict[str, d
     with tempfile.TemporaryDirectory() as tmp:
         rc, tail, wall = launch(models, tmp)
         info = dict(models=len(models), wall_s=round(wall, 1), exit_code=rc)
+        if tail.startswith(RELAUNCHED):  # said in every record of the launch, not only in an ERROR's tail
+            info["relaunched_after_abort"] = tail[: tail.index("\n--- the second launch:")]
         killed = re.search(r"exitcode\s*:\s*-9\b", tail)  # SIGKILL: on this machine, the out-of-memory killer
         why = f"torchrun exit {rc} before this model's results" + (
             " (a rank was killed by SIGKILL, as the kernel's out-of-memory killer does)" if killed else ""

@@ -16,6 +16,7 @@ import warnings
 
 warnings.filterwarnings("ignore")
 
+import moe_bench  # noqa: F401, I001  (first: it turns on torch's huge-page allocation before torch allocates)
 import torch
 
 from moe_bench.compare import compare_moe_block, materialize_, meta_moe_block

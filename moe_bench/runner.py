@@ -364,13 +364,21 @@ def current_record(model: str, part: PhasePart, inputs: dict, out_dir: str = "")
 def dry_run(
     models: list[str], phases: list[str], out_dir: str = "", force: bool = False, checkpoint: str = ""
 ) -> list[str]:
-    "What a run would do, a line per model and phase record: run (and why) or keep (current). Nothing runs or is written."
+    """What a run would do, a line per model and phase record: run (and why), keep (current), or skip (a kept record
+    before it stops the run, as `_in_process` stops: no MoE, a failed probe; an out-of-scope model has one record).
+    Nothing runs or is written."""
     lines = []
     for model in models:
-        for part in (part for p in phases if p != "3b" or runs_3b(model, checkpoint) for part in PHASES[p]):
+        parts = [part for p in phases if p != "3b" or runs_3b(model, checkpoint) for part in PHASES[p]]
+        parts = parts[:1] if out_of_scope(model) else parts
+        for i, part in enumerate(parts):
             inputs = phase_inputs(model, part, out_dir, checkpoint)
-            why = "--force" if force else current_record(model, part, inputs, out_dir)[1]
+            stored, why = (None, "--force") if force else current_record(model, part, inputs, out_dir)
             lines.append(f"{model:<28} {part.name:<13} " + (f"run: {why}" if why else "keep: current"))
+            if stored is not None and stops_the_run(stored):
+                then = [p for p in parts[i + 1 :] if p.in_process]  # phase 4's batch decides for itself
+                lines += [f"{model:<28} {p.name:<13} skip: {part.name} is {stored['status']}" for p in then]
+                break
     return lines
 
 # %% ../nbs/06_runner.ipynb #4cd6d0cf

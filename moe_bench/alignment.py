@@ -42,7 +42,8 @@ __all__ = ['ALIGN', 'TITAN_ROUTE_NORM_EPS', 'PATCHES', 'torchtitan_digest', 'pat
            'topk_sorted', 'router_gate_float32', 'experts_input_dtype', 'experts_float32', 'fused_gate_up',
            'hf_down_operand', 'glu_per_expert', 'activation_float32', 'hf_clamped_glu', 'scale_on_output',
            'route_norm_epsilon', 'weights_in_input_dtype', 'softmax_over_topk', 'hf_row_order', 'hf_expert_width',
-           'Patch', 'patch_context', 'all_patches', 'patched_moes', 'measure', 'kernel_check', 'gap_table']
+           'dense_expert_bmm', 'hf_dense_batch', 'Patch', 'patch_context', 'all_patches', 'patched_moes', 'measure',
+           'kernel_check', 'gap_table']
 
 # %% ../nbs/03b_alignment.ipynb #920e359e
 def torchtitan_digest() -> str:
@@ -83,6 +84,7 @@ ALIGN = dict(
     experts_hf_glu=False,
     hf_kernel=None,
     experts_width=None,  # HF's expert width, where Titan's experts are held wider (padded_experts)
+    experts_dense_top_k=None,  # top-k of a block whose HF experts run every token (their batch: the rows over it)
 )
 
 
@@ -385,6 +387,27 @@ def hf_expert_width(titan=None, probe=None):
     ):
         yield
 
+# %% ../nbs/03b_alignment.ipynb #d1e2a3b5
+def dense_expert_bmm(self, *, A: torch.Tensor, B_t: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    "`GroupedExperts._grouped_mm` as HF's dense experts compute it: every expert's rows in one `torch.bmm` over slots as deep as the block's tokens."
+    ends = offs.tolist()
+    starts = [0, *ends[:-1]]
+    depth = ends[-1] // ALIGN["experts_dense_top_k"]  # HF's rows per expert: every token of the block
+    batch_EMD = A.new_zeros(len(ends), depth, A.shape[-1])
+    for g, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        batch_EMD[g, : e - s] = A[s:e]
+    out_EMF = torch.bmm(batch_EMD, B_t)
+    out = [out_EMF[g, : e - s] for g, (s, e) in enumerate(zip(starts, ends, strict=True))]
+    out.append(A.new_zeros(A.shape[0] - ends[-1], B_t.shape[-1]))  # rows past the last group, as grouped_mm's
+    return torch.cat(out)
+
+
+@contextmanager
+def hf_dense_batch(titan=None, probe=None):
+    "Patch (kernel alignment): every expert over a batch as deep as the block's tokens, one `torch.bmm`, as HF's dense experts (llama4)."
+    with _switch(experts_dense_top_k=probe.top_k), patch_attr(GroupedExperts, "_grouped_mm", dense_expert_bmm):
+        yield
+
 # %% ../nbs/03b_alignment.ipynb #3b3e911b
 @dataclass(frozen=True)
 class Patch:
@@ -504,6 +527,14 @@ PATCHES = (
         hf_expert_width,
         lambda p, dt: padded_width(p.moe_intermediate_size) != p.moe_intermediate_size,
         "experts whose width torch._grouped_mm cannot stride, held zero-padded (padded_experts)",
+    ),
+    Patch(
+        "kernel align: HF's dense batch",
+        "every expert over a batch as deep as the block's tokens in one torch.bmm, as HF's dense experts (a matmul"
+        " kernel's rounding can depend on how many rows it is given)",
+        hf_dense_batch,
+        lambda p, dt: p.experts_format == "pre_dispatched",
+        "HF experts that run every expert over every token, the rows pre-dispatched and zero where not routed (llama4)",
     ),
     Patch(
         "activation in f32",

@@ -362,15 +362,19 @@ def current_record(model: str, part: PhasePart, inputs: dict, out_dir: str = "")
 
 
 def dry_run(
-    models: list[str], phases: list[str], out_dir: str = "", force: bool = False, checkpoint: str = ""
+    models: list[str],
+    phases: list[str],
+    out_dir: str = "",
+    force: bool = False,
+    checkpoint: str = "",
+    batch: bool = False,  # as `run --all` would (an out-of-scope model type: its one record), not `run MODEL`
 ) -> list[str]:
     """What a run would do, a line per model and phase record: run (and why), keep (current), or skip (a kept record
-    before it stops the run, as `_in_process` stops: no MoE, a failed probe; an out-of-scope model has one record).
-    Nothing runs or is written."""
+    before it stops the run, as the runs stop: no MoE, a failed probe). Nothing runs or is written."""
     lines = []
     for model in models:
         parts = [part for p in phases if p != "3b" or runs_3b(model, checkpoint) for part in PHASES[p]]
-        parts = parts[:1] if out_of_scope(model) else parts
+        parts = parts[:1] if batch and out_of_scope(model) else parts
         for i, part in enumerate(parts):
             inputs = phase_inputs(model, part, out_dir, checkpoint)
             stored, why = (None, "--force") if force else current_record(model, part, inputs, out_dir)
@@ -473,7 +477,8 @@ def run_all(
                     for r in results[model]
                 )
                 print(f"[all] {model}: {line}", flush=True)
-            gc.collect()
+            if len(kept) < len(steps):  # tensors were made: released before the next model (0.2 s a call)
+                gc.collect()
     if "4" in phases:
         for m, rec in _parallelism(models, out_dir, progress, force).items():
             results[m].append(rec)
@@ -489,7 +494,7 @@ def _run_all_command(args) -> int:
         return _refused(e)
     models = [m for m in args.models.split(",") if m] or None
     if args.dry_run:
-        print("\n".join(dry_run(models or moe_model_candidates(), phases, args.out, args.force)))
+        print("\n".join(dry_run(models or moe_model_candidates(), phases, args.out, args.force, batch=True)))
         return 0
     with reports_lock(args.out, wait=not args.no_wait):
         results = run_all(args.out, models, progress=not args.no_progress, phases=phases, force=args.force)

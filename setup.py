@@ -30,7 +30,21 @@ requirements = [
     "execnb==0.1.18",
     "fastcore==1.14.5",
 ]
-dev_requirements = ["pytest==9.2.0", "ruff==0.17.6", "selenium==4.40.0"]  # selenium drives /usr/bin/chromium
+dev_requirements = [
+    "pytest==9.2.0",
+    "ruff==0.17.6",
+    "selenium==4.40.0",  # drives /usr/bin/chromium
+    # torchtitan's own pre-commit formatter and linter, which the backend patches must pass (moe_bench.backend.patches)
+    "ufmt==2.3.0",
+    "black==22.12.0",
+    "usort==1.0.5",
+    "flake8==7.1.1",
+    "flake8-bugbear==22.4.25",
+    "pep8-naming==0.12.1",
+    "flake8-pep585==0.1.7",
+    "flake8-new-union-types==0.4.1",
+    "torchfix==0.7.0",
+]
 
 setup(
     name=meta["lib_name"],
@@ -40,7 +54,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=" + meta["min_python"],
     packages=find_packages(include=["moe_bench", "moe_bench.*"]),
-    package_data={"moe_bench": ["templates/*/*"]},
+    package_data={"moe_bench": ["templates/*/*", "backend/diffs/*.patch"]},
     include_package_data=True,
     install_requires=requirements,
     extras_require={"dev": dev_requirements},

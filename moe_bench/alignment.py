@@ -24,7 +24,7 @@ from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 
 from .compare import hf_routers_gate, moe_input, output_metrics
 from .core import in_dtype
-from .expression import CORE, InputDtypeGptOssExperts, clamped_swiglu_mlp
+from .expression import CORE, Expression, InputDtypeGptOssExperts, clamped_swiglu_mlp
 from .extensions import Float32CombineDispatcher, float32_weighted_rows
 from .moe_probe import STACKED_EXPERT_LAYOUTS, MoEProbe
 from .prototypes import expression_of
@@ -590,7 +590,13 @@ def measure(
     ), trace
 
 # %% ../nbs/03b_alignment.ipynb #e5ee08e2
-def kernel_check(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.Tensor) -> dict:
+def kernel_check(
+    hf: nn.Module,
+    titan: nn.Module,
+    probe: MoEProbe,
+    x_BLD: torch.Tensor,
+    expression: Expression | None = None,  # what `titan` is (its export); None: the one that holds the block
+) -> dict:
     "HF's block run with Titan's exported weights, against HF's block: max_diff (0.0 proves the weights identical); HF's own output."
     # a copy of HF's block without copying its weights (meta placeholders), then Titan's exported tensors assigned, strictly
     sd = hf.state_dict(keep_vars=True)
@@ -601,7 +607,7 @@ def kernel_check(hf: nn.Module, titan: nn.Module, probe: MoEProbe, x_BLD: torch.
         for t in sd.values()
     }
     hf_with_titan = copy.deepcopy(hf, memo)
-    exported = (expression_of(hf, probe) or CORE).export(titan, hf, probe)  # a prototype's own tensors too
+    exported = (expression or expression_of(hf, probe) or CORE).export(titan, hf, probe)  # a prototype's own too
     hf_with_titan.load_state_dict(exported, strict=True, assign=True)
     with torch.no_grad(), hf_routers_gate(hf, probe):
         ref = run_block(hf, x_BLD)  # a block split by modality: on the mixed modality mask
@@ -634,11 +640,13 @@ def gap_table(
     dtype: torch.dtype,
     seed: int = 0,
     x_BLD: torch.Tensor | None = None,  # the block's input (a real hidden state); None: the seeded `moe_input`
+    expression: Expression | None = None,  # the Titan module to explain (torchtitan's HF backend's swap, say); None:
+    # the one that holds the block
 ) -> tuple[list[dict], dict[str, Trace]]:
     "Rows baseline, +patch..., final for one dtype, and the trace of each row."
     hf = in_dtype(hf_block, dtype)  # nothing here writes to it
     # torchtitan as installed; the patches read its weights only
-    expression = expression_of(hf, probe) or CORE  # the core refuses a block nothing holds
+    expression = expression or expression_of(hf, probe) or CORE  # the core refuses a block nothing holds
     titan = expression.build(hf, probe, gate_float32=False, share=True)
     x_BLD = moe_input(probe.hidden_size, dtype, seed) if x_BLD is None else x_BLD.to(dtype)
     rows, traces = [], {}
@@ -670,7 +678,9 @@ def gap_table(
                 break
             traces[f"+{patch.name}"] = trace
             rows.append(dict(patch=f"+{patch.name}", **new, description=_sentence(patch, rows[-1], new)))
-        kernel = kernel_check(hf, titan, probe, x_BLD)  # under every patch: HF's output must still be the one captured
+        kernel = kernel_check(
+            hf, titan, probe, x_BLD, expression
+        )  # under every patch: HF's output must still be the one captured
     if not torch.equal(kernel["hf_output"].reshape(hf_capture["output"].shape), hf_capture["output"]):
         raise RuntimeError("HF's output changed under the alignment patches: they must touch torchtitan only")
     last = rows[-1]

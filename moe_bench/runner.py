@@ -18,6 +18,7 @@ from pathlib import Path
 import papermill
 from tqdm.auto import tqdm
 
+from .backend.phase import backend_inputs, backend_records
 from .checkpoint import HUB_ID, CheckpointError, local_folder, open_checkpoint
 from .compat_doc import fig, reason_of, verdicts, write_docs
 from .config import config_phase
@@ -98,12 +99,25 @@ class PhasePart:
     name: str  # the record's `phase`
     notebook: str  # in nbs/
     module: str  # the moe_bench module that computes it (with what it imports: its record's inputs)
-    in_process: Callable[[str], dict] | None  # model -> record; None: the batch runs it otherwise (phase 4: torchrun)
+    in_process: Callable[[str], dict] | None  # model -> record; None: the batch runs it otherwise (phase 4: torchrun,
+    # the backend: one fresh process for its patched copy)
     figures_need: str = ""  # the record key the figures read (an ERROR record lacks it: no figures then)
     figures: Callable[[dict], str] = lambda rec: ""
+    params: Callable[[], dict] | None = None  # what its records are computed from beside the model and the code
 
 
 PHASES: dict[str, tuple[PhasePart, ...]] = {  # in the order they run
+    "backend": (  # torchtitan's HF backend, the code users run: as shipped, then with the patches in a fresh process
+        PhasePart(
+            name="backend",
+            module="backend.phase",
+            notebook="09_backend.ipynb",
+            in_process=None,
+            figures_need="status_with_patches",
+            figures=lambda rec: f"with patches: {rec['status_with_patches']}",
+            params=backend_inputs,
+        ),
+    ),
     "1": (PhasePart(name="probe", module="probe", notebook="01_probe.ipynb", in_process=probe_model),),
     "2": (PhasePart(name="config", module="config", notebook="02_config.ipynb", in_process=config_phase),),
     "3": (
@@ -347,7 +361,7 @@ def phase_inputs(model: str, part: PhasePart, out_dir: str = "", checkpoint: str
     "What `part`'s record of `model` is computed from: its module and the model's expression (phase 1's record), its checkpoint."
     probe = None if part.name == "probe" else stored_record(model, "probe", out_dir)
     expression = (probe or {}).get("expression") if (probe or {}).get("expression_kind") != "core" else None
-    params = {}
+    params = part.params() if part.params else {}
     if part.name in ("pretrained", "native"):
         folder = checkpoint or checkpoints_root() / Path(str(model)).name
         params = dict(checkpoint=str(checkpoint) or "built-in", checkpoint_identity=checkpoint_identity(folder))
@@ -430,12 +444,27 @@ def _phase1_record(model: str, out_dir: str) -> dict:
     return read_json(path) if path.exists() else probe_model(model)
 
 
+def _current(part: PhasePart, models: list[str], out_dir: str, force: bool) -> tuple[dict, dict]:
+    "What each model's record of a batched phase is computed from, and the records already current (kept)."
+    inputs = {m: phase_inputs(m, part, out_dir) for m in models}
+    kept = {} if force else {m: current_record(m, part, inputs[m], out_dir)[0] for m in models}
+    return inputs, {m: rec for m, rec in kept.items() if rec is not None}
+
+
+def _backend(models: list[str], out_dir: str, force: bool = False) -> dict[str, dict]:
+    "Backend phase records of `models`, saved, each kept where current: the rest as shipped here, then patched in one process."
+    inputs, kept = _current(PARTS["backend"], models, out_dir, force)
+    records = {m: phase_record(m, "backend", "UNSUPPORTED", reason=r) for m in models if (r := out_of_scope(m))}
+    todo = [m for m in models if m not in kept and m not in records]
+    print(f"[all] backend: {len(todo)} models to check, {len(kept)} current (kept)", flush=True)
+    records |= backend_records(todo) if todo else {}
+    return kept | {m: save_and_return(records[m] | dict(inputs=inputs[m]), out_dir) for m in models if m not in kept}
+
+
 def _parallelism(models: list[str], out_dir: str, progress: bool, force: bool = False) -> dict[str, dict]:
     "Phase 4 records of `models`, saved, each kept where its record is current; an out-of-scope model is UNSUPPORTED without a launch."
     records = {m: phase_record(m, "parallelism", "UNSUPPORTED", reason=r) for m in models if (r := out_of_scope(m))}
-    inputs = {m: phase_inputs(m, PARTS["parallelism"], out_dir) for m in models}
-    kept = {} if force else {m: current_record(m, PARTS["parallelism"], inputs[m], out_dir)[0] for m in models}
-    kept = {m: rec for m, rec in kept.items() if rec is not None}
+    inputs, kept = _current(PARTS["parallelism"], models, out_dir, force)
     probes = {}
     for m in (m for m in models if m not in records and m not in kept):
         try:
@@ -479,6 +508,9 @@ def run_all(
                 print(f"[all] {model}: {line}", flush=True)
             if len(kept) < len(steps):  # tensors were made: released before the next model (0.2 s a call)
                 gc.collect()
+    if "backend" in phases:
+        for m, rec in _backend(models, out_dir, force).items():
+            results[m].insert(0, rec)
     if "4" in phases:
         for m, rec in _parallelism(models, out_dir, progress, force).items():
             results[m].append(rec)
@@ -510,7 +542,7 @@ def _run_model_command(args) -> int:
     if not args.model:
         return _refused("name a model, or use --all")
     try:
-        phases = parse_phases(args.phases or ("3b" if args.checkpoint else "1-4"))
+        phases = parse_phases(args.phases or ("3b" if args.checkpoint else "backend,1-4"))
         if HUB_ID.match(args.model) or "://" in args.model:  # a hub id: its snapshot in the local cache, or refused
             args.model = str(local_folder(args.model))
         check_model(args.model)
@@ -582,8 +614,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--phases",
         default=None,
-        help="phases to run: 1,2,3b or 1-3, or native (torchtitan's own model; never in a range); 3t is training "
-        "parity (default 1-4, which includes 3t and 3b; with --all 1-3t; with --checkpoint 3b)",
+        help="phases to run: 1,2,3b or 1-3, backend (torchtitan's HF backend as shipped and with its patches), or "
+        "native (torchtitan's own model; never in a range); 3t is training parity (default backend,1-4, 1-4 including "
+        "3t and 3b; with --all 1-3t; with --checkpoint 3b)",
     )
     run.add_argument(
         "--checkpoint",

@@ -42,11 +42,19 @@ FLOORS = [
     {"native.parallel"},  # the native model under torchtitan's own parallelize (torchrun), and its sharded export
     {"native.pipeline_worker"},  # torchtitan's pipeline_llm on every rank (torchrun), the stages gathered
     {"native.pipeline"},  # pipeline parallelism's launch, one-process check and record
+    # torchtitan's HF backend, judged: where it is imported from, the model it meets, the workflow's steps on it
+    {"backend.source"},
+    {"backend.subject", "backend.patches"},  # the model as the backend meets it; the change to the backend's folder
+    {"backend.steps"},  # 1c-1f
+    {"backend.load"},  # the swap, loaded strictly
+    {"backend.forward"},  # the blocks and the whole model against HF
+    {"backend.run"},  # every step for one model on one backend, and the fresh process's worker
     # the phases (pipeline_hf: phase 4 under pipeline parallelism, its torchrun worker and its record)
-    {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism", "pipeline_hf"},
+    {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism", "pipeline_hf", "backend.phase"},
     {"native.phase"},  # the native phase: it runs phase 3b on the folder the export writes
-    {"native"},  # the native package's index, which re-exports its modules' names (the runner imports the phase here)
-    {"report_pages", "doc_native"},  # the HTML pages of every record; the doc's native and pipeline sections
+    {"native", "backend"},  # the packages' indexes, which re-export their modules' names
+    {"report_pages", "doc_native", "doc_backend"},  # the HTML pages of every record; the doc's native, pipeline and
+    # backend sections
     {"coverage", "compat_doc"},
     {"incremental"},  # what a record was computed from, current or stale, the reports root's lock
     {"runner"},

@@ -85,7 +85,7 @@ def model_configs_entry(model: str) -> str:
     body = "".join(f"    {k}={py_literal(v)},\n" for k, v in fields.items())
     return f'"{syn.model_type}": dict(\n{body}),'
 
-# %% ../../nbs/09_backend.ipynb #385af79b
+# %% ../../nbs/09_backend.ipynb #5b0cc6f8
 def _escalations(check: dict, expression) -> list[dict]:
     "The core changes the verdicts assume, each with its evidence; a prototype's change where the core cannot hold the block."
     layers = ((check.get("steps") or {}).get("block") or {}).get("layers") or []
@@ -111,11 +111,12 @@ def _escalations(check: dict, expression) -> list[dict]:
 
 
 def _with_patches(patched: dict, expression) -> str:
-    "`PASS with backend patches`, or why not: the first step that still fails, or the core change it needs."
+    "`PASS with backend patches`, or why not: the core change it needs, or the first step that still fails."
+    if expression is not None and not expression.in_torchtitan:  # what the core lacks may simply not be reached here
+        ran = "" if patched["status"] in GOOD else f"; with the patches {patched['status']}"
+        return f"BLOCKED: needs the core change {expression.name} (escalated){ran}"
     if patched["status"] in GOOD:
         return f"{patched['status']} with backend patches"
-    if expression is not None and not expression.in_torchtitan:
-        return f"BLOCKED: needs the core change {expression.name} (escalated)"
     first = patched.get("first_failure") or {}
     return (
         f"{patched['status']} with backend patches: {first.get('step')}: {first.get('reason') or patched.get('reason')}"

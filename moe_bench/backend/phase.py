@@ -58,7 +58,7 @@ def patched_checks(models: list[str], patches: tuple[BackendPatch, ...] = PATCHE
     gone = dict(status="ERROR", reason="the fresh process ended before this model's result", tail=tail)
     return {m: results.get(m, gone | dict(backend="with backend patches " + names.replace(",", ", "))) for m in models}
 
-# %% ../../nbs/09_backend.ipynb #9b372728
+# %% ../../nbs/09_backend.ipynb #82f0f227
 def py_literal(value) -> str:
     "`value` as Python source in torchtitan's style (double-quoted strings)."
     if isinstance(value, str):
@@ -85,7 +85,7 @@ def model_configs_entry(model: str) -> str:
     body = "".join(f"    {k}={py_literal(v)},\n" for k, v in fields.items())
     return f'"{syn.model_type}": dict(\n{body}),'
 
-# %% ../../nbs/09_backend.ipynb #5b0cc6f8
+# %% ../../nbs/09_backend.ipynb #30ad4526
 def _escalations(check: dict, expression) -> list[dict]:
     "The core changes the verdicts assume, each with its evidence; a prototype's change where the core cannot hold the block."
     layers = ((check.get("steps") or {}).get("block") or {}).get("layers") or []
@@ -122,7 +122,7 @@ def _with_patches(patched: dict, expression) -> str:
         f"{patched['status']} with backend patches: {first.get('step')}: {first.get('reason') or patched.get('reason')}"
     )
 
-# %% ../../nbs/09_backend.ipynb #95ce4d52
+# %% ../../nbs/09_backend.ipynb #5221fd9b
 def backend_record(model: str, shipped: dict, patched: dict, digest: str) -> dict:
     "The phase record of `model`: the backend as shipped and with the patches, the escalations, phase 2's entry."
     syn, _, _ = synthetic_config(model, small=True)
@@ -156,7 +156,7 @@ def _expression(model: str):
     block, probe = meta_moe_block(synthetic_config(model, small=True)[0])
     return expression_of(block, probe)
 
-# %% ../../nbs/09_backend.ipynb #e3a4dd42
+# %% ../../nbs/09_backend.ipynb #46162c65
 def backend_records(models: list[str], say=print) -> dict[str, dict]:
     "The backend phase records of `models`: as shipped here, then all of them with the patches in one fresh process."
     digest, shipped, start = folder_digest(installed_backend()), {}, time.perf_counter()
@@ -193,7 +193,7 @@ def backend_phase(model: str) -> dict:
     "The backend phase record of `model`."
     return backend_records([model], say=lambda line: None)[model]
 
-# %% ../../nbs/09_backend.ipynb #4807e641
+# %% ../../nbs/09_backend.ipynb #8c185e46
 def worse_steps(base: dict, other: dict) -> list[str]:
     "The steps of `other` (a check) whose status is worse than in `base`, as `step: status`."
     rank = lambda st: -1 if st is None else STATUS_ORDER.index(st)  # noqa: E731
@@ -221,7 +221,7 @@ def patch_controls(models: list[str], with_all: dict[str, dict], workers: int = 
         for p in PATCHES
     }
 
-# %% ../../nbs/09_backend.ipynb #4f4c48de
+# %% ../../nbs/09_backend.ipynb #bf077a7f
 def patches_record(models: list[str], say=print) -> dict:
     "The backend patches' record: checks, lint, and each one's control over the `models` the shipped backend fails."
     backend, start = load_backend(), time.perf_counter()

@@ -8,6 +8,7 @@ from moe_bench.adapter import TITAN_EXPERT_BIAS
 from moe_bench.compare import compare_moe_block, meta_moe_block, synthetic_moe_block
 from moe_bench.compat_doc import compat_doc, index_html, load_records
 from moe_bench.coverage import coverage_check, moe_model_candidates
+from moe_bench.doc_backend import load_patches_record
 from moe_bench.synth import synthetic_config
 
 from conftest import REPO
@@ -112,5 +113,5 @@ def test_dropping_the_score_bias_fails(model):
 def test_committed_docs_match_a_fresh_regeneration():
     root = REPO / "reports"
     records = load_records(root)
-    assert (REPO / "MODEL_COMPATIBILITY.md").read_text() == compat_doc(records)
+    assert (REPO / "MODEL_COMPATIBILITY.md").read_text() == compat_doc(records, load_patches_record(root))
     assert (root / "index.html").read_text() == index_html(records, root)

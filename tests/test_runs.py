@@ -22,6 +22,9 @@ def test_moe_bench_run_qwen3_moe(reports_tmp):
     )
     # exit 0, or 1 where phase 3b's spec rule (KL < 1e-3 per layer, thresholds fixed) fails a layer of the trained
     # checkpoint while its strict verdict passes: on trained weights HF's own bfloat16 KL is of that size too
+    backend = _record(reports_tmp, "qwen3_moe", "backend")  # torchtitan's HF backend as shipped and patched
+    assert backend["status"] == "PASS" and backend["status_with_patches"] == "PASS with backend patches", backend
+    assert backend["backend"]["unchanged"] and (reports_tmp / "qwen3_moe" / "backend.html").exists()
     pre = _record(reports_tmp, "qwen3_moe", "pretrained")
     par = _record(reports_tmp, "qwen3_moe", "parallelism")  # a dead launch's output is in its record, not on stdout
     assert proc.returncode == (0 if pre["status"] in ("PASS", "WARN") else 1), (
@@ -128,9 +131,18 @@ def test_model_without_moe_is_a_status(reports_tmp):
     proc = subprocess.run(["moe-bench", "run", "llama", "--no-progress"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "NO_MOE" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+    rec = _record(reports_tmp, "llama", "backend")  # the first phase finds no MoE layer: nothing later runs
+    assert rec["status"] == "NO_MOE" and "no MoE layer" in rec["reason"] and "status_with_patches" not in rec
+    assert (
+        not (reports_tmp / "llama" / "probe.json").exists()
+        and not (reports_tmp / "llama" / "equivalence.json").exists()
+    )
+    assert (
+        subprocess.run(["moe-bench", "run", "llama", "--phases", "1", "--no-progress"], capture_output=True).returncode
+        == 3
+    )
     rec = _record(reports_tmp, "llama", "probe")
     assert rec["status"] == "NO_MOE" and "no decoder layer" in rec["reason"]
-    assert not (reports_tmp / "llama" / "equivalence.json").exists()
 
 
 def test_all_honours_phases(reports_tmp, monkeypatch):

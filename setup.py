@@ -17,6 +17,7 @@ requirements = [
     "torchtitan==0.3.0",
     "triton==3.9.0",  # torchtitan's MoE imports it; the CPU torch build does not ship it
     "safetensors==0.8.0",
+    "accelerate==1.16.0",  # transformers' FP8 and MXFP4 quantizers need it to load a quantized checkpoint (phase 3b)
     "tokenizers==0.23.3",  # trains the built-in checkpoints' tokenizer (moe_bench.trained)
     "matplotlib==3.11.2",
     "pandas==3.1.1",

@@ -5,6 +5,7 @@
 # %% ../nbs/00j_checkpoint.ipynb #657b8257
 from __future__ import annotations
 
+import copy
 import ctypes
 import ctypes.util
 import importlib
@@ -28,19 +29,21 @@ from transformers.conversion_mapping import get_model_conversion_mapping
 from transformers.core_model_loading import convert_and_load_state_dict_in_model
 from transformers.modeling_utils import LoadStateDictConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.quantizers.auto import get_hf_quantizer
 from transformers.utils import logging as hf_logging
 
 from .core import REPO_ROOT, phase_record
 from .hf import build_model, decoder_layers, text_config
+from .quant import QUANT_METHODS, quant_layout_problems, quantization_of
 
 # %% auto #0
 __all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'SAFETENSORS_DTYPES', 'LAYER_KEY', 'CACHE_ARGUMENTS',
            'CheckpointError', 'Fault', 'Checkpoint', 'shard_keys', 'shard_header', 'containment_root', 'inside',
            'cached_snapshot', 'local_folder', 'open_checkpoint', 'held_out_text', 'longest_window', 'input_length',
            'input_record', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_name', 'checkpoint_record',
-           'skeleton', 'module_prefixes', 'non_finite', 'load_part_', 'release_', 'trim_heap', 'storage_dtype',
-           'load_layer_', 'fault_record', 'parameter_counts', 'available_gb', 'guard_memory', 'streamed',
-           'layer_call_args', 'model_logits', 'logits_of']
+           'skeleton', 'hf_quantizer', 'module_prefixes', 'non_finite', 'load_part_', 'release_', 'trim_heap',
+           'storage_dtype', 'load_layer_', 'fault_record', 'mtp_record', 'parameter_counts', 'available_gb',
+           'guard_memory', 'streamed', 'layer_call_args', 'model_logits', 'logits_of']
 
 # %% ../nbs/00j_checkpoint.ipynb #64c0ac44
 class CheckpointError(ValueError):
@@ -66,7 +69,15 @@ FAULTS = {  # one table for 3b and native: the same bad input, the same status (
         "weights, remote code, a hub id with no cached snapshot",
     ),
     "quantized": Fault(
-        status="UNSUPPORTED", means="quantized weights (MXFP4, FP8): compared only once dequantized to bf16"
+        status="UNSUPPORTED",
+        means="quantized weights the workbench has no definition of (it reads FP8 in 128x128 blocks and MXFP4), or "
+        "tensors that do not fit their format: a weight without its scale, a scale grid that does not cover the "
+        "weight, MXFP4 blocks of other than 16 bytes a group, a format the config names that no tensor is in",
+    ),
+    "library": Fault(
+        status="FAIL",
+        means="a library's own loader cannot load a well-formed file: the record names the library, the call and "
+        "its error",
     ),
     "outside": Fault(status="UNSUPPORTED", means="a file the index names resolves outside the checkpoint folder"),
     "wrong_model": Fault(status="UNSUPPORTED", means="the checkpoint holds another model type than the one asked for"),
@@ -120,6 +131,24 @@ class Checkpoint:
             return self._handle(self.weight_map[key]).get_tensor(key)
 
     @property
+    def mtp_keys(self) -> list[str]:
+        "Keys of the multi-token-prediction layers the config declares (`num_nextn_predict_layers`), stored as DeepSeek"
+        " stores them: as layers `num_hidden_layers`, `num_hidden_layers + 1`, ... HF builds no module for them."
+        text = text_config(self.config)
+        depth, extra = text.num_hidden_layers, getattr(text, "num_nextn_predict_layers", 0) or 0
+        return sorted(
+            k for k in self.weight_map if (m := LAYER_KEY.match(k)) and depth <= int(m.group(1)) < depth + extra
+        )
+
+    @property
+    def quantization(self) -> dict | None:
+        "The config's `quantization_config` as a dict (FP8 or MXFP4), or None for unquantized weights."
+        quant = getattr(text_config(self.config), "quantization_config", None) or getattr(
+            self.config, "quantization_config", None
+        )
+        return quant if quant is None or isinstance(quant, dict) else quant.to_dict()
+
+    @property
     def has_tokenizer(self) -> bool:
         return (self.folder / "tokenizer.json").is_file() or (self.folder / "tokenizer_config.json").is_file()
 
@@ -155,16 +184,31 @@ def _config(folder: Path) -> PretrainedConfig:
             f"{folder}: config.json needs the model's own code (auto_map {raw.get('auto_map')}, model_type "
             f"{raw.get('model_type')!r}); the workbench never runs remote code: use a model type transformers ships"
         )
-    quant = raw.get("quantization_config") or (raw.get("text_config") or {}).get("quantization_config")
-    if quant:
+    quant = quantization_of(raw)
+    if quant and quant.get("quant_method") not in QUANT_METHODS:
         raise CheckpointError(
-            f"{folder}: a quantized checkpoint (quantization_config quant_method {quant.get('quant_method')!r}): the "
-            "workbench compares unquantized tensors and does not dequantize (gpt-oss's MXFP4 expert blocks and scales, "
-            "DeepSeek-V3's FP8 blocks); dequantize it to bf16 first (transformers: from_pretrained with the "
-            "quantizer's dequantize option, then save_pretrained) and pass that folder",
+            f"{folder}: a quantized checkpoint (quantization_config quant_method {quant.get('quant_method')!r}) in a "
+            f"format the workbench has no definition of (it reads {list(QUANT_METHODS)}: moe_bench.quant)",
             "quantized",
         )
     return AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+
+
+def _check_quantized(folder: Path, weight_map: dict[str, str]) -> None:
+    "A quantized folder's tensors fit the format its config names (read from the shards' headers alone)."
+    quant = quantization_of(json.loads(inside(folder, "config.json").read_text()))
+    if not quant:
+        return
+    headers = {}
+    for shard in sorted(set(weight_map.values())):
+        headers |= shard_header(folder / shard)
+    problems = quant_layout_problems(quant, headers)
+    if problems:
+        raise CheckpointError(
+            f"{folder}: a {quant['quant_method']} checkpoint whose tensors do not fit the format: "
+            + "; ".join(problems[:4]),
+            "quantized",
+        )
 
 
 def containment_root(folder: Path) -> Path:
@@ -246,6 +290,7 @@ def open_checkpoint(path: str | Path, cache_dir: str | Path | None = None) -> Ch
     config = _config(folder)
     weight_map = _weight_map(folder)
     _check_shards(folder, weight_map)
+    _check_quantized(folder, weight_map)
     return Checkpoint(folder, config, weight_map)
 
 # %% ../nbs/00j_checkpoint.ipynb #9fc917a1
@@ -346,7 +391,23 @@ def skeleton(config: PretrainedConfig, dtype: torch.dtype = torch.float32) -> nn
         owner, _, name = key.rpartition(".")
         model.get_submodule(owner)._buffers[name] = torch.empty_like(buffer, device="cpu")
     model.initialize_weights()  # on meta parameters a no-op; it computes the buffers
+    quantizer = hf_quantizer(config)
+    if quantizer is not None:  # as from_pretrained prepares a quantized model before it loads
+        quantizer.preprocess_model(model=model, dtype=dtype, device_map=None, checkpoint_files=None, use_kernels=False)
+        model.hf_quantizer = quantizer
     return model.eval()
+
+
+def hf_quantizer(config: PretrainedConfig):
+    "HF's own quantizer for a quantized config, made as `from_pretrained` makes it here (on a CPU it dequantizes); None"
+    " for unquantized weights. A dependency HF's quantizer needs and lacks is a `library` fault naming it."
+    if quantization_of(config.to_dict()) is None:
+        return None
+    try:
+        quantizer, _, _ = get_hf_quantizer(copy.deepcopy(config), None, None, True, None)
+    except ImportError as e:
+        raise CheckpointError(f"transformers' quantizer for this checkpoint cannot start: {e}", "library") from e
+    return quantizer
 
 # %% ../nbs/00j_checkpoint.ipynb #6b0a6b56
 def module_prefixes(model: nn.Module) -> list[str]:
@@ -386,12 +447,17 @@ def non_finite(t: torch.Tensor, chunk: int = 1 << 24) -> str:
 def load_part_(model: nn.Module, ckpt: Checkpoint, prefix: str | None = None) -> int:
     "Load the checkpoint's tensors under `prefix` (None: everything outside the decoder layers) into `model`, strictly."
     layers = module_prefixes(model)
-    if prefix is None:
-        disk = [k for k in ckpt.weight_map if not any(k.startswith(p) for p in layers)]
+    if prefix is None:  # less the MTP layers: HF has no module to load them into (the phase names them)
+        mtp = set(ckpt.mtp_keys)
+        disk = [k for k in ckpt.weight_map if not any(k.startswith(p) for p in layers) and k not in mtp]
     else:
         disk = [k for k in ckpt.weight_map if k.startswith(prefix)]
     expected = _expected(model, prefix, layers)
-    config = LoadStateDictConfig(weight_mapping=get_model_conversion_mapping(model))
+    dtypes = {k: t.dtype for k, t in model.state_dict(keep_vars=True).items() if k in expected}  # the skeleton's
+    quantizer = getattr(model, "hf_quantizer", None)  # HF dequantizes what it streams, as from_pretrained does
+    config = LoadStateDictConfig(
+        weight_mapping=get_model_conversion_mapping(model, None, quantizer), hf_quantizer=quantizer
+    )
     bar = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # one bar per layer would bury everything else
     try:
@@ -408,6 +474,14 @@ def load_part_(model: nn.Module, ckpt: Checkpoint, prefix: str | None = None) ->
         conversion_errors=sorted(info.conversion_errors),
     )
     part = prefix or "(outside the layers)"
+    if quantizer is not None and problems["conversion_errors"]:  # a well-formed file (checked when opened)
+        method = quantizer.quantization_config.quant_method
+        raise CheckpointError(
+            f"{ckpt.folder}: transformers' own {method} loader (from_pretrained's dequantization on a CPU) cannot "
+            f"load part {part}: "
+            + "; ".join(f"{k}: {info.conversion_errors[k]}" for k in problems["conversion_errors"][:3]),
+            "library",
+        )
     if any(problems.values()):
         raise CheckpointError(
             f"{ckpt.folder}: part {part} does not load strictly: "
@@ -420,6 +494,13 @@ def load_part_(model: nn.Module, ckpt: Checkpoint, prefix: str | None = None) ->
         raise CheckpointError(
             f"{ckpt.folder}: NaN or Inf in part {part}: " + "; ".join(f"{k} {v}" for k, v in sorted(bad.items())[:6]),
             "non_finite",
+        )
+    if (
+        quantizer is not None
+    ):  # HF's quantized load keeps the unquantized tensors in their stored dtype: cast up (exact)
+        _retype_(
+            model,
+            {k: dtypes[k] for k, t in model.state_dict(keep_vars=True).items() if k in dtypes and t.dtype != dtypes[k]},
         )
     if prefix is None:
         model.tie_weights()
@@ -506,6 +587,21 @@ def fault_record(model: str, phase: str, error: CheckpointError, **fields) -> di
 
 # %% ../nbs/00j_checkpoint.ipynb #d451068d
 LAYER_KEY = re.compile(r"^(?:model\.)?(?:language_model\.)?layers\.(\d+)\.")
+
+
+def mtp_record(ckpt: Checkpoint) -> dict | None:
+    "What of the checkpoint HF does not load, named (not an error): its multi-token-prediction layers; None if none."
+    keys = ckpt.mtp_keys
+    if not keys:
+        return None
+    layers = sorted({int(LAYER_KEY.match(k).group(1)) for k in keys})
+    return dict(
+        layers=layers,
+        keys=len(keys),
+        parts=sorted({LAYER_KEY.sub("", k).split(".")[0] for k in keys}),
+        why=f"multi-token-prediction layers (num_nextn_predict_layers {len(layers)}): transformers builds no module "
+        "for them, so HF loads none of these keys and cannot judge them",
+    )
 
 
 def parameter_counts(ckpt: Checkpoint) -> tuple[dict[int, int], int]:

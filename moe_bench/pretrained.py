@@ -28,6 +28,7 @@ from moe_bench.checkpoint import (
     logits_of,
     model_logits,
     module_prefixes,
+    mtp_record,
     open_checkpoint,
     release_,
     skeleton,
@@ -47,6 +48,7 @@ from moe_bench.compare import (
     swap_gate_up,
 )
 from .core import hidden_of, peak_rss_gb, phase_record, where_not_finite, worst_figure, worst_status
+from .dequant import dequant_check, dequant_status, dequant_words
 from .hf import decoder_layers, moe_attr_name, moe_block
 from .moe_probe import probe_moe_block
 from .prototypes import EXPRESSIONS, expression_of
@@ -328,6 +330,7 @@ def pretrained_phase(
         memory = guard_memory(ckpt, *MEMORY_PER_PARAMETER)
         lm = skeleton(ckpt.config)
         load_part_(lm, ckpt)  # the head stays loaded; the layers come and go
+        dequant = dequant_check(lm, ckpt) if ckpt.quantization else None  # before any forward
         ids_BL, source = input_ids(ckpt, seed=seed)
         res = compare_streams(lm, ckpt, ids_BL, conversion)
     except CheckpointError as e:
@@ -360,7 +363,7 @@ def pretrained_phase(
     strict_parts = [summary["strict"], "PASS" if summary["controls_caught"] else "FAIL"]
     if explained is not None:
         strict_parts.append("PASS" if explained else "FAIL")
-    status = worst_status(summary["spec"], logits["titan"]["status"])
+    status = worst_status(summary["spec"], logits["titan"]["status"], dequant_status(dequant))
     own = {e.name for e in EXPRESSIONS if e.in_torchtitan}  # torchtitan's core MoE, or one of its models' own
     held = set(expressions) <= own
     record = phase_record(
@@ -371,7 +374,12 @@ def pretrained_phase(
         if held
         else f"{status} with prototype {'+'.join(e for e in expressions if e not in own)}",
         status_strict=worst_status(*strict_parts),
-        reason=failure_reason(summary, logits, worst_status(*strict_parts)),
+        reason="; ".join(
+            w for w in (dequant_words(dequant), failure_reason(summary, logits, worst_status(*strict_parts))) if w
+        )
+        or None,
+        dequantization=dequant,
+        not_loaded_by_hf=mtp_record(ckpt),
         expressions=expressions,
         checkpoint=checkpoint_record(ckpt),
         memory_floor=memory,

@@ -64,7 +64,7 @@ def _remote(folder):
     (folder / "config.json").write_text(json.dumps(raw | {"auto_map": {"AutoModelForCausalLM": "m.M"}}))
 
 
-def _quantized(folder):  # as OpenAI publishes gpt-oss: MXFP4 experts, a quantization_config saying so
+def _quantized(folder):  # a quantization_config claiming MXFP4 over weights stored unquantized
     raw = json.loads((folder / "config.json").read_text())
     quant = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]}
     (folder / "config.json").write_text(json.dumps(raw | {"quantization_config": quant}))
@@ -103,7 +103,7 @@ BAD = {
     "a truncated safetensors file": (lambda f: os.truncate(f / _shard(f), 100), "truncated"),
     "a *.bin-only folder": (_pickled, "safetensors only"),
     "a config that needs remote code": (_remote, "remote code"),
-    "a quantized (MXFP4) checkpoint": (_quantized, "quantized checkpoint (quantization_config quant_method 'mxfp4')"),
+    "a config saying MXFP4 over unquantized weights": (_quantized, "says mxfp4, but no tensor is stored in it"),
     "a tensor of the wrong shape": (_wrong_shape, "k_proj"),
     "a tensor missing": (_missing_tensor, "post_attention_layernorm"),
 }

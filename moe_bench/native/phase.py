@@ -126,6 +126,13 @@ def open_native(model: str, checkpoint: str, seed: int) -> tuple:
     ckpt = open_checkpoint(checkpoint or builtin_checkpoint(model))
     if not holds(ckpt, model):
         raise CheckpointError(f"{ckpt.folder} holds a {ckpt.config.model_type} model, not {model}", "wrong_model")
+    if ckpt.quantization:
+        raise CheckpointError(
+            f"{ckpt.folder}: {ckpt.quantization['quant_method']} weights: the native phase is to read them through "
+            "torchtitan's own checkpointer (DCP with its adapter's HF storage reader) and does not yet; phase 3b "
+            "reads them through transformers' own quantizer",
+            "quantized",
+        )
     memory = guard_memory(ckpt, *NATIVE_MEMORY_PER_PARAMETER)
     family = native_family(ckpt.config)
     titan_values(ckpt.config, family)

@@ -37,7 +37,7 @@ from .hf import build_model, decoder_layers, text_config
 from .quant import QUANT_METHODS, quant_layout_problems, quantization_of
 
 # %% auto #0
-__all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'HELD_OUT_MODULES', 'SAFETENSORS_DTYPES', 'LAYER_KEY', 'CACHE_ARGUMENTS',
+__all__ = ['FAULTS', 'HUB_ID', 'INDEX', 'LAYER_KEY', 'HELD_OUT_MODULES', 'SAFETENSORS_DTYPES', 'CACHE_ARGUMENTS',
            'CheckpointError', 'Fault', 'Checkpoint', 'shard_keys', 'shard_header', 'containment_root', 'inside',
            'cached_snapshot', 'local_folder', 'open_checkpoint', 'held_out_text', 'longest_window', 'input_length',
            'input_record', 'input_ids', 'holds', 'checkpoint_training', 'checkpoint_name', 'checkpoint_record',
@@ -97,6 +97,7 @@ FAULTS = {  # one table for 3b and native: the same bad input, the same status (
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 INDEX = "model.safetensors.index.json"
+LAYER_KEY = re.compile(r"^(?:model\.)?(?:language_model\.)?layers\.(\d+)\.")  # a decoder layer's keys
 
 
 @dataclass
@@ -586,9 +587,6 @@ def fault_record(model: str, phase: str, error: CheckpointError, **fields) -> di
     )
 
 # %% ../nbs/00j_checkpoint.ipynb #d451068d
-LAYER_KEY = re.compile(r"^(?:model\.)?(?:language_model\.)?layers\.(\d+)\.")
-
-
 def mtp_record(ckpt: Checkpoint) -> dict | None:
     "What of the checkpoint HF does not load, named (not an error): its multi-token-prediction layers; None if none."
     keys = ckpt.mtp_keys

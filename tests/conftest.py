@@ -4,6 +4,18 @@ from pathlib import Path
 
 import pytest
 
+SPREAD = {"test_notebooks"}  # modules whose tests share nothing: each test on whichever worker is free
+
+
+def pytest_collection_modifyitems(items):
+    "Under `-n 2 --dist loadgroup` each test module runs whole on one worker (its module-scoped fixtures, a patched"
+    " backend's fresh process or a torchrun launch, built once; its tests in order), but for the `SPREAD` ones."
+    for item in items:
+        module = item.module.__name__
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid if module in SPREAD else module))
+
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -13,9 +13,9 @@ from conftest import REPO
 # prototype is one notebook and one row of `EXPRESSIONS`, with no floor to add here).
 FLOORS = [
     {"core"},
-    {"hf"},
+    {"hf", "quant"},  # quant: the FP8 and MXFP4 formats by their definitions
     {"moe_probe", "checkpoint"},
-    {"adapter"},
+    {"adapter", "dequant"},  # dequant: a checkpoint's dequantized tensors held to the formats' definitions
     {"replacement"},
     {"prototypes.common"},  # kernels and helpers several prototypes (and the extensions) share
     {"extensions", "expression"},

@@ -33,9 +33,6 @@ requirements = [
 ]
 dev_requirements = [
     "pytest==9.2.0",
-    # two workers, one test module each at a time (tests/conftest.py): CI's two cores, under its 30 minutes
-    "pytest-xdist==3.8.0",
-    "execnet==2.1.2",
     "ruff==0.17.6",
     "selenium==4.40.0",  # drives /usr/bin/chromium
     # torchtitan's own pre-commit formatter and linter, which the backend patches must pass (moe_bench.backend.patches)

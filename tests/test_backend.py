@@ -78,6 +78,7 @@ def _controls_fixing() -> dict[str, str]:
     return {name: next(iter(c["fixes"])) for name, c in record["controls"].items() if c["fixes"]}
 
 
+@pytest.mark.slow  # fourteen fresh processes, about 2 minutes: `pytest -m slow`
 def test_each_patch_control_fails_without_it():
     "Every patch, left out of an otherwise full set, leaves a type it fixes worse: measured again here, not read."
     fixing = _controls_fixing()

@@ -67,6 +67,8 @@ import pytest
 from moe_bench.parallel_worker import parallel_test_config, tp_degree
 from moe_bench.parallelism import launch_worker
 
+pytestmark = pytest.mark.slow  # two torchrun launches, about 6 minutes: `pytest -m slow`
+
 # (model, the layout kind it exercises, how its plan names it, the wrong layout's control and what must catch it)
 CASES = [
     ("olmoe", "gathered_norm", "q_norm", "wrong reduction: q_norm over each rank's shard", "parity check"),

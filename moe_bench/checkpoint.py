@@ -195,9 +195,8 @@ def _config(folder: Path) -> PretrainedConfig:
     return AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
 
 
-def _check_quantized(folder: Path, weight_map: dict[str, str]) -> None:
+def _check_quantized(folder: Path, weight_map: dict[str, str], quant: dict | None) -> None:
     "A quantized folder's tensors fit the format its config names (read from the shards' headers alone)."
-    quant = quantization_of(json.loads(inside(folder, "config.json").read_text()))
     if not quant:
         return
     headers = {}
@@ -291,8 +290,9 @@ def open_checkpoint(path: str | Path, cache_dir: str | Path | None = None) -> Ch
     config = _config(folder)
     weight_map = _weight_map(folder)
     _check_shards(folder, weight_map)
-    _check_quantized(folder, weight_map)
-    return Checkpoint(folder, config, weight_map)
+    ckpt = Checkpoint(folder, config, weight_map)
+    _check_quantized(folder, weight_map, ckpt.quantization)
+    return ckpt
 
 # %% ../nbs/00j_checkpoint.ipynb #9fc917a1
 HELD_OUT_MODULES = ("json", "csv", "textwrap", "argparse", "pathlib")
@@ -496,9 +496,8 @@ def load_part_(model: nn.Module, ckpt: Checkpoint, prefix: str | None = None) ->
             f"{ckpt.folder}: NaN or Inf in part {part}: " + "; ".join(f"{k} {v}" for k, v in sorted(bad.items())[:6]),
             "non_finite",
         )
-    if (
-        quantizer is not None
-    ):  # HF's quantized load keeps the unquantized tensors in their stored dtype: cast up (exact)
+    # HF's quantized load keeps the unquantized tensors in their stored dtype: cast up to the skeleton's (exact)
+    if quantizer is not None:
         _retype_(
             model,
             {k: dtypes[k] for k, t in model.state_dict(keep_vars=True).items() if k in dtypes and t.dtype != dtypes[k]},

@@ -18,9 +18,10 @@ from .hf import build_model
 from .quant import FP8_BLOCK, dequant_fp8, dequantized_tensors
 
 # %% auto #0
-__all__ = ['RULES', 'CAUSES', 'grid_rule_fp8', 'layer_dequant_findings', 'dequant_check', 'dequant_status', 'dequant_words']
+__all__ = ['RULES', 'CAUSES', 'grid_rule_fp8', 'unquantized_twin', 'layer_dequant_findings', 'dequant_check', 'dequant_status',
+           'dequant_words']
 
-# %% ../nbs/00o_dequant.ipynb #35ced62f
+# %% ../nbs/00o_dequant.ipynb #95acd6f1
 def grid_rule_fp8(weight: torch.Tensor, scale_inv: torch.Tensor, dtype=torch.float32, **_) -> torch.Tensor:
     "FP8 dequantized with each block's size derived from the grid, rows // grid rows (transformers' rule); it raises"
     " where the grid does not divide the weight, as transformers does."
@@ -34,42 +35,56 @@ def grid_rule_fp8(weight: torch.Tensor, scale_inv: torch.Tensor, dtype=torch.flo
 RULES = {"grid_rule_fp8": grid_rule_fp8}  # each candidate cause, tried in turn on a tensor that differs
 
 
-def _reference_layer(model: nn.Module, ckpt: Checkpoint, prefix: str, fp8=dequant_fp8) -> dict[str, torch.Tensor]:
-    "The layer's parameters loaded from its files dequantized by `fp8` (the definition, or a rule under test)."
-    config = copy.deepcopy(model.config)
-    del config.quantization_config  # built as an unquantized model: no quantizer on the reference's path
-    ref = build_model(config, "meta", next(model.parameters()).dtype)
-    with ckpt.reading():
-        tensors = {k: ckpt._handle(ckpt.weight_map[k]).get_tensor(k) for k in ckpt.weight_map if k.startswith(prefix)}
-    disk = dequantized_tensors(tensors, ckpt.quantization["quant_method"], fp8=fp8)
-    load = LoadStateDictConfig(weight_mapping=get_model_conversion_mapping(ref))
-    convert_and_load_state_dict_in_model(ref, disk, load)
-    return {k: v for k, v in ref.state_dict().items() if k.startswith(prefix)}
+def _reference_layer(
+    ref: nn.Module, tensors: dict[str, torch.Tensor], method: str, prefix: str, fp8=dequant_fp8
+) -> dict[str, torch.Tensor]:
+    "The layer's parameters loaded into `ref` (the unquantized model, on meta) from its files' `tensors` dequantized by"
+    " `fp8` (the definition, or a rule under test), through HF's own key conversion; `ref`'s layer released after."
+    disk = dequantized_tensors(tensors, method, fp8=fp8)
+    convert_and_load_state_dict_in_model(
+        ref, disk, LoadStateDictConfig(weight_mapping=get_model_conversion_mapping(ref))
+    )
+    out = {k: v.clone() for k, v in ref.state_dict().items() if k.startswith(prefix)}
+    release_(ref.get_submodule(prefix.rstrip(".")))
+    return out
 
 
 def _differs(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape != b.shape or not torch.equal(a, b)
 
 
-def layer_dequant_findings(model: nn.Module, ckpt: Checkpoint, prefix: str) -> tuple[int, list[dict]]:
+def unquantized_twin(model: nn.Module) -> nn.Module:
+    "`model`'s architecture on the meta device with no quantizer: what the reference layers load into."
+    config = copy.deepcopy(model.config)
+    del config.quantization_config  # built as an unquantized model: no quantizer on the reference's path
+    return build_model(config, "meta", next(model.parameters()).dtype)
+
+
+def layer_dequant_findings(model: nn.Module, ref: nn.Module, ckpt: Checkpoint, prefix: str) -> tuple[int, list[dict]]:
     "HF's loaded layer under `prefix` against the definition: (parameters compared, a finding per one that differs)."
     hf = {k: v for k, v in model.state_dict().items() if k.startswith(prefix)}
-    ref = _reference_layer(model, ckpt, prefix)
+    with ckpt.reading():
+        tensors = {k: s[:] for k, s in ckpt.slices([k for k in ckpt.weight_map if k.startswith(prefix)]).items()}
+    method = ckpt.quantization["quant_method"]
+    ref_sd = _reference_layer(ref, tensors, method, prefix)
+    differing = sorted(k for k in hf if _differs(hf[k], ref_sd[k]))
+    ruled = {}  # each rule's layer, computed once and only where something differs
+    for name, rule in RULES.items() if differing else ():
+        try:
+            ruled[name] = _reference_layer(ref, tensors, method, prefix, fp8=rule)
+        except ValueError:
+            ruled[name] = {}
     findings = []
-    for key in sorted(k for k in hf if _differs(hf[k], ref[k])):
-        diff = (hf[key].float() - ref[key].float()).abs()
+    for key in differing:
+        diff = (hf[key].float() - ref_sd[key].float()).abs()
         finding = dict(tensor=key, max_diff=float(diff.max()), elements=int((diff > 0).sum()), of=diff.numel())
-        for name, rule in RULES.items():
-            try:
-                explained = not _differs(hf[key], _reference_layer(model, ckpt, prefix, fp8=rule)[key])
-            except ValueError:
-                explained = False
-            if explained:
+        for name, layer in ruled.items():
+            if key in layer and not _differs(hf[key], layer[key]):
                 finding["cause"] = name
         findings.append(finding)
     return len(hf), findings
 
-# %% ../nbs/00o_dequant.ipynb #7cab05d2
+# %% ../nbs/00o_dequant.ipynb #8dfc8dce
 CAUSES = {
     "grid_rule_fp8": "transformers' FP8 loader derives the block size from the scale grid (rows / grid rows), not "
     "weight_block_size: a weight whose rows or columns are not a multiple of 128 is dequantized in other blocks than "
@@ -79,10 +94,10 @@ CAUSES = {
 
 def dequant_check(model: nn.Module, ckpt: Checkpoint) -> dict:
     "HF's dequantized weights, layer by layer, against the format's definition: the record's `dequantization` part."
-    compared, findings = 0, []
+    compared, findings, ref = 0, [], unquantized_twin(model)
     for prefix in module_prefixes(model):
         load_layer_(model, ckpt, prefix)
-        n, found = layer_dequant_findings(model, ckpt, prefix)
+        n, found = layer_dequant_findings(model, ref, ckpt, prefix)
         compared, findings = compared + n, findings + found
         release_(model.get_submodule(prefix.rstrip(".")))
     causes = sorted({f["cause"] for f in findings if "cause" in f})

@@ -147,10 +147,13 @@ def randomize_(
     return filled
 
 # %% ../nbs/00_core.ipynb #b91cdd96
-def cast_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
-    "A deep copy of `module` with its floating parameters and buffers in `dtype`, cast tensor by tensor (no full-precision copy)."
-    memo = {}
+def cast_copy(module: nn.Module, dtype: torch.dtype, keep: dict | None = None) -> nn.Module:
+    "A deep copy of `module` with its floating parameters and buffers in `dtype`, cast tensor by tensor (no full-precision"
+    " copy); `keep`: id -> tensor of those the copy shares as they are."
+    memo = dict(keep or {})
     for t in list(module.parameters()) + list(module.buffers()):
+        if id(t) in memo:
+            continue
         new = t.detach().to(dtype, copy=True) if t.is_floating_point() else t.detach().clone()
         memo[id(t)] = nn.Parameter(new, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else new
     return copy.deepcopy(module, memo)

@@ -132,8 +132,9 @@ def quantized_tensors(key: str, t: torch.Tensor, method: str, rest=torch.bfloat1
         q, scale = quant_fp8(t)
         return {key: q, f"{key}_scale_inv": scale}
     if method == "mxfp4" and MXFP4_KEYS.fullmatch(key) and t.ndim == 3:
-        blocks, scales = quant_mxfp4(t.transpose(1, 2))  # (E, out, in): groups of 32 along the input
-        return {f"{key}_blocks": blocks, f"{key}_scales": scales}
+        # (E, out, in): groups of 32 along the input; one expert at a time (the nearest-value search is 8x its size)
+        blocks, scales = zip(*(quant_mxfp4(t[e].transpose(0, 1)) for e in range(t.shape[0])), strict=True)
+        return {f"{key}_blocks": torch.stack(blocks), f"{key}_scales": torch.stack(scales)}
     return {key: t.to(rest) if rest is not None and t.is_floating_point() else t}
 
 

@@ -13,6 +13,7 @@ stopped and printed as such, never left to the kernel. Where the floor exceeds t
 memory free, the phase refuses before it starts (UNSUPPORTED with the arithmetic): such shapes are written as sparse
 files (headers and sizes exact, nothing read), since the refusal reads only the headers.
 
+gpt-oss-20b is written as OpenAI publishes it: its experts in MXFP4 (`*_blocks`, `*_scales`), the rest in bf16.
 The experts are stored as the hub's files store them: one key per expert and projection for Qwen3-MoE and
 DeepSeek-V3 (`experts.7.gate_proj.weight`), transformers' fused tensors only where the hub's files have them too
 (gpt-oss's `experts.gate_up_proj`).
@@ -35,6 +36,7 @@ from transformers import AutoModelForCausalLM
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from moe_bench.hf import PRODUCTION_CONFIGS
+from moe_bench.quant import quantize_folder
 
 SHAPES = {  # name: (model type, published dims; the model card each comes from)
     "qwen3_30b": ("qwen3_moe", PRODUCTION_CONFIGS["qwen3_moe"]["values"]),  # Qwen/Qwen3-30B-A3B, the repo's own row
@@ -50,6 +52,20 @@ SHAPES = {  # name: (model type, published dims; the model card each comes from)
             num_key_value_heads=4,
             head_dim=128,
             vocab_size=151936,
+        ),
+    ),
+    "gpt_oss_20b": (  # openai/gpt-oss-20b config.json; its experts in MXFP4 as published (QUANTIZED below)
+        "gpt_oss",
+        dict(
+            hidden_size=2880,
+            intermediate_size=2880,
+            num_local_experts=32,
+            num_experts_per_tok=4,
+            num_attention_heads=64,
+            num_key_value_heads=8,
+            head_dim=64,
+            vocab_size=201088,
+            sliding_window=128,
         ),
     ),
     "gpt_oss_120b": (  # openai/gpt-oss-120b config.json (experts dequantized)
@@ -71,6 +87,7 @@ SHAPES = {  # name: (model type, published dims; the model card each comes from)
         PRODUCTION_CONFIGS["deepseek_v3"]["values"] | dict(first_k_dense_replace=0),
     ),
 }
+QUANTIZED = {"gpt_oss_20b": "mxfp4"}  # shapes written in their publisher's quantized layout (moe_bench.quant)
 PHASES = ("3b", "native", "hf")  # hf: transformers' own from_pretrained + forward, bfloat16 then float32, for scale
 HF_OWN = """
 import json, sys, time, torch
@@ -260,7 +277,16 @@ def main() -> None:
                 params = sum(t.numel() for t in AutoModelForCausalLM.from_config(cfg).state_dict().values())
             sparse = 2 * params / 1e9 > free_gb() / 2  # too large to hold or to write in time: headers only
             disk = write_checkpoint(root / "ckpt", model_type, dims, sparse)
-            print(f"{name}: {params / 1e9:.2f} G parameters, {disk:.1f} GB bf16 on disk{' (sparse)' if sparse else ''}")
+            stored = "bf16"
+            if name in QUANTIZED and not sparse:  # as the publisher ships it: the bf16 folder quantized, then removed
+                quantize_folder(root / "ckpt", root / "quantized", QUANTIZED[name])
+                shutil.rmtree(root / "ckpt")
+                (root / "quantized").rename(root / "ckpt")
+                stored = QUANTIZED[name]
+                disk = sum(f.stat().st_size for f in (root / "ckpt").glob("*.safetensors")) / 1e9
+            print(
+                f"{name}: {params / 1e9:.2f} G parameters, {disk:.1f} GB {stored} on disk{' (sparse)' if sparse else ''}"
+            )
             for phase in args.phase or PHASES:
                 if phase == "hf" and 6 * params / 1e9 > free_gb():  # bf16 and float32 copies: 2 + 4 bytes
                     print(

@@ -14,6 +14,7 @@ from moe_bench.hf import PRODUCTION_CONFIGS
 from moe_bench.native import NATIVE, native_phase
 from moe_bench.pretrained import PRETRAINED_KL, pretrained_phase
 from moe_bench.published import published_config, save_published
+from moe_bench.quant import quantize_folder
 from moe_bench.runner import summary_line
 from moe_bench.trained import TRAINED
 
@@ -23,10 +24,15 @@ FAMILIES = sorted(set(TRAINED) | {m for m in PRODUCTION_CONFIGS if m != "gemma4"
 def assert_conforms(rec):
     "PASS (or WARN), or BLOCKED with its prototype's PASS beside it; strict PASS; the summary prints. Native's one"
     " known false FAIL (issue 29): a bfloat16 routing choice that differs from HF's at one layer (random weights put"
-    " router scores near ties), where float32 passes at HF's own rounding; its reason must name the layer."
+    " router scores near ties), where float32 passes at HF's own rounding; its reason must name the layer. Native's"
+    " one library FAIL: torchtitan's loader as shipped leaving tensors unloaded (gpt-oss), judged with the prototype."
     line = summary_line(rec)
     if rec["phase"] == "native" and rec["status"] == "FAIL":
-        assert rec["verdict"]["float32"]["status"] == "PASS" and "bfloat16 routing differs at layer" in line, line
+        if rec["loader"]["status"] == "FAIL":  # torchtitan's loader as shipped leaves tensors unloaded: named, and the
+            used = rec["loader"]["judged_with"][-1]  # rest judged with the prototype of the fix that reads them clean
+            assert used.startswith("with moe_bench's prototype") and "torchtitan's loader as shipped" in line, line
+        if rec["verdict"]["status"] == "FAIL":
+            assert rec["verdict"]["float32"]["status"] == "PASS" and "bfloat16 routing differs at layer" in line, line
         return
     if rec["phase"] == "pretrained" and rec["status"] == "FAIL":  # the spec's fixed KL bound, where HF's own bfloat16
         assert rec["status_strict"] == "PASS", line  # run fails it too at every layer it fails (gpt-oss, its clamp
@@ -81,6 +87,30 @@ def test_published_config_through_3b_and_native(model_type, tmp_path):
         assert set(native["head_shared"]) == {"tok_embeddings", "lm_head"}  # converted bit-exact: one copy, HF's
 
 
+# Checkpoints as the publishers ship them quantized: DeepSeek-V3 in FP8 (a width of 192: rows not a multiple of the
+# 128 block), Qwen3-MoE as Qwen's -FP8 variants, gpt-oss in MXFP4 (widths a multiple of the 32-value group)
+QUANTIZED = {
+    "deepseek_v3": ("fp8", dict(moe_intermediate_size=192)),
+    "qwen3_moe": ("fp8", dict()),
+    "gpt_oss": ("mxfp4", dict(intermediate_size=64)),
+}
+
+
+@pytest.mark.parametrize("model_type", list(QUANTIZED))
+def test_published_quantized_checkpoint_through_3b_and_native(model_type, tmp_path):
+    method, fields = QUANTIZED[model_type]
+    bf16 = save_published(tmp_path / "bf16", published_config(model_type, **fields), shards=True)
+    folder = quantize_folder(bf16, tmp_path / method, method)
+    rec, _ = pretrained_phase(model_type, str(folder))
+    assert_conforms(rec)
+    assert rec["dequantization"]["method"] == method and rec["dequantization"]["compared"] > 0
+    if model_type == "deepseek_v3":  # the 192-row weights: HF's blocks of 96, named, its cause shown
+        assert list(rec["dequantization"]["causes"]) == ["grid_rule_fp8"] and rec["status"] == "WARN", rec["reason"]
+    native = native_phase(model_type, str(folder), controls=False)
+    assert_conforms(native)
+    assert native["input"] == rec["input"]
+
+
 VARIANTS = {  # the fields a Qwen3-MoE config.json can publish otherwise
     "float16 storage": (dict(), torch.float16),
     "float32 storage": (dict(), torch.float32),
@@ -118,7 +148,8 @@ def test_a_tensor_that_cannot_tell_a_mapping_is_named(tmp_path):
             p.data.zero_()
     model.to(torch.bfloat16).save_pretrained(folder)
     rec, _ = pretrained_phase("qwen2_moe", str(folder))
-    assert rec["status_strict"] == "FAIL" and rec["summary"]["controls_missed"] == [
+    assert rec["status_strict"] == "FAIL" and rec["summary"]["controls_untestable"] == [
         "shared expert gate zeroed (layer 0)"
     ]
-    assert "controls not caught: shared expert gate zeroed (layer 0)" in summary_line(rec)
+    assert not rec["summary"]["controls_missed"], rec["summary"]
+    assert "this checkpoint cannot test 1 mappings" in summary_line(rec), summary_line(rec)

@@ -212,7 +212,9 @@ def test_native_builds_loads_and_judges_the_mtp_layer(mtp_folders):
     assert rec["status"] == "PASS" and m["status"] == "PASS" and m["control"]["caught"], rec.get("reason")
     assert m["float32"]["ratio"] <= 4 and set(m["stages_float32"]) == {"attention", "ffn"}, m
     assert any("HF's own decoder layer class" in j for j in m["judged"]) and m["not_judged"]
-    assert any(p["part"].startswith("MTP layer") and p["used"] == "torchtitan as shipped" for p in rec["loader"]["parts"])
+    assert any(
+        p["part"].startswith("MTP layer") and p["used"] == "torchtitan as shipped" for p in rec["loader"]["parts"]
+    )
     fp8 = native_phase("deepseek_v3", str(mtp_folders["fp8"]), controls=False, random_baseline=False)
     assert fp8["on_definition"]["mtp"][0]["status"] == "PASS" and fp8["status"] == "WARN", fp8["reason"]
 

@@ -12,9 +12,10 @@ __all__ = ['COMMON_FIELDS', 'MOE_FIELDS', 'EXPERTS', 'MLA_NORM_EPS', 'NATIVE', '
            'share_equal_head_', 'compare_native', 'worst_ratios', 'not_finite', 'first_divergence', 'native_verdict',
            'interleave', 'deinterleave', 'permute_qk', 'swap_experts', 'swap_gate_up', 'zero_expert_bias',
            'reshape_not_transpose', 'sinks_off', 'Control', 'run_control', 'random_checkpoint', 'random_controls',
-           'failure_reason', 'native_phase', 'native_training']
+           'failure_reason', 'native_phase', 'native_training', 'TitanLoader', 'TitanLoadFailed', 'WholeRowMXFP4Reader',
+           'loader_record', 'titan_loaders', 'MTPFusion', 'hf_mtp_block', 'mtp_layers']
 
-# %% ../../nbs/native/00_index.ipynb #a7f73170
+# %% ../../nbs/native/00_index.ipynb #0c37286c
 from .deepseek_v3 import MLA_NORM_EPS
 from moe_bench.native.family import (
     COMMON_FIELDS,
@@ -33,7 +34,7 @@ from moe_bench.native.family import (
 from .gpt_oss import GptOssUnquantizedAdapter, gpt_oss_input_dtype_experts_
 from .mapping import NATIVE, native_family, titan_config
 
-# %% ../../nbs/native/00_index.ipynb #744cb7fb
+# %% ../../nbs/native/00_index.ipynb #1b9447e0
 from moe_bench.native.compare import (
     STAGES,
     compare_native,
@@ -76,10 +77,12 @@ from moe_bench.native.load import (
     strip,
     titan_in,
 )
+from .mtp import MTPFusion, hf_mtp_block, mtp_layers
 from .phase import CPU_ADAPTATIONS, NATIVE_MEMORY_PER_PARAMETER, failure_reason, native_phase
+from .reader import TitanLoader, TitanLoadFailed, WholeRowMXFP4Reader, loader_record, titan_loaders
 from .training import native_training
 
-# %% ../../nbs/native/00_index.ipynb #96c51ea7
+# %% ../../nbs/native/00_index.ipynb #2fdfb76c
 _all_ = [  # the names moe_bench.native has offered since it was one module
     COMMON_FIELDS, MOE_FIELDS, EXPERTS, MLA_NORM_EPS, NATIVE, FLOAT64, FLOAT32, BFLOAT16, STAGES, TITAN_EPS, CONTROLS,
     RIGHT, CPU_ADAPTATIONS, NATIVE_MEMORY_PER_PARAMETER, NativeUnsupported, NativeLoadError, Field, Requirement,
@@ -88,5 +91,6 @@ _all_ = [  # the names moe_bench.native has offered since it was one module
     strip, titan_in, gate_float32_, ratio_figures, stage_outputs, from_hf, share_equal_head_, compare_native,
     worst_ratios, not_finite, first_divergence, native_verdict, interleave, deinterleave, permute_qk, swap_experts,
     swap_gate_up, zero_expert_bias, reshape_not_transpose, sinks_off, Control, run_control, random_checkpoint,
-    random_controls, failure_reason, native_phase, native_training,
+    random_controls, failure_reason, native_phase, native_training, TitanLoader, TitanLoadFailed, WholeRowMXFP4Reader,
+    loader_record, titan_loaders, MTPFusion, hf_mtp_block, mtp_layers,
 ]  # fmt: skip

@@ -22,7 +22,7 @@ from ..replacement import Float32Gate
 
 # %% auto #0
 __all__ = ['FLOAT64', 'FLOAT32', 'BFLOAT16', 'eager_flex', 'attention_masks', 'hf_tensors', 'load_strict_', 'release_titan_',
-           'strip', 'from_hf', 'share_equal_head_', 'titan_in', 'gate_float32_', 'hf_in']
+           'strip', 'from_hf', 'share_equal_head_', 'titan_in', 'gate_float32_', 'ExpertRows', 'hf_in']
 
 # %% ../../nbs/native/06_load.ipynb #1f58788d
 @contextmanager
@@ -134,17 +134,47 @@ def gate_float32_(module: nn.Module) -> nn.Module:
             m.__class__ = Float32Gate
     return module
 
-# %% ../../nbs/native/06_load.ipynb #e3b1f5f2
+# %% ../../nbs/native/06_load.ipynb #63c6ebab
+class ExpertRows:
+    "A stacked experts tensor read one expert at a time in `dtype` (`rows[e]`): what HF's eager loop indexes."
+
+    def __init__(self, stacked: torch.Tensor, dtype: torch.dtype):
+        self.stacked, self.dtype, self.shape = stacked, dtype, stacked.shape
+
+    def __getitem__(self, index) -> torch.Tensor:
+        return self.stacked[index].to(self.dtype)
+
+    def __len__(self) -> int:
+        return self.stacked.shape[0]
+
+
+def _expert_stacks(layer: nn.Module) -> list[tuple[nn.Module, str]]:
+    "The stacked expert tensors (3-D parameters) of each experts module of an HF layer."
+    return [
+        (m, name)
+        for m in layer.modules()
+        if hasattr(getattr(m, "config", None), "_experts_implementation")
+        for name, p in m.named_parameters(recurse=False)
+        if p.ndim == 3
+    ]
+
+# %% ../../nbs/native/06_load.ipynb #ba8ff23f
 def hf_in(layer: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """A copy of an HF module in `dtype` (float64: HF's eager experts loop, its grouped_mm has no float64). A whole HF
-    model in bfloat16 or float16 keeps in float32 what `from_pretrained` keeps there for that dtype
-    (`_keep_in_fp32_modules_strict`: DeepSeek-V3's `e_score_correction_bias`), as HF's own bfloat16 model holds it."""
-    out = cast_copy(layer, dtype)
+    """A copy of an HF module in `dtype` (float64: HF's eager experts loop, its grouped_mm has no float64, each expert
+    read in float64 as the loop asks for it: `ExpertRows`). A whole HF model in bfloat16 or float16 keeps in float32
+    what `from_pretrained` keeps there for that dtype (`_keep_in_fp32_modules_strict`: DeepSeek-V3's
+    `e_score_correction_bias`), as HF's own bfloat16 model holds it."""
+    stacks = _expert_stacks(layer) if dtype == FLOAT64 else []
+    keep_memo = {id(getattr(m, name)): getattr(m, name) for m, name in stacks}  # shared, not copied
+    out = cast_copy(layer, dtype, keep=keep_memo)
     if dtype == FLOAT64:
         for m in out.modules():
             if hasattr(getattr(m, "config", None), "_experts_implementation"):
                 m.config = copy.copy(m.config)
                 m.config._experts_implementation = "eager"
+        for m, name in _expert_stacks(out):
+            stacked = m._parameters.pop(name)
+            setattr(m, name, ExpertRows(stacked.detach(), FLOAT64))
     keep = getattr(layer, "_keep_in_fp32_modules_strict", None) if dtype in (torch.bfloat16, torch.float16) else None
     if keep:  # HF's dtype plan: a key matching one of the names stays float32, from the original
         wanted = re.compile("|".join(re.escape(k) for k in keep))

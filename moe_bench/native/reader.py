@@ -26,7 +26,7 @@ __all__ = ['CAUSES', 'TitanLoader', 'TitanReadError', 'TitanLoadFailed', 'dcp_re
            'WholeRowMXFP4Reader', 'prototype_reader', 'titan_loaders', 'read_titan_part_', 'loader_record',
            'loader_words']
 
-# %% ../../nbs/native/06b_reader.ipynb #f18939f6
+# %% ../../nbs/native/06b_reader.ipynb #ff3b26fe
 @dataclass(kw_only=True)
 class TitanLoader:
     "One way of reading a checkpoint into Titan's model: an adapter, its storage reader, and the prototypes in it."
@@ -41,7 +41,7 @@ class TitanLoader:
             "torchtitan as shipped" if not self.fixes else "with moe_bench's prototype (" + "; ".join(self.fixes) + ")"
         )
 
-# %% ../../nbs/native/06b_reader.ipynb #05dd0d92
+# %% ../../nbs/native/06b_reader.ipynb #fba2e986
 class TitanReadError(RuntimeError):
     "torchtitan's loader raised: the message names the call and the error."
 
@@ -71,7 +71,7 @@ def _unloaded(state: dict[str, torch.Tensor]) -> dict[str, float]:
         if v.is_floating_point() and v.isnan().any()
     }
 
-# %% ../../nbs/native/06b_reader.ipynb #59bd2707
+# %% ../../nbs/native/06b_reader.ipynb #ddcfb452
 def dcp_read_(loader: TitanLoader, parts: dict[str, nn.Module], extra: dict | None = None) -> dict:
     """torchtitan's checkpointer on part of Titan's model (`parts`: prefix -> meta module, materialised here): the
     HF-keyed tensors DCP read (`hf`), what the path left unloaded (`unloaded`: key -> share of elements NaN), and the
@@ -98,7 +98,7 @@ def dcp_read_(loader: TitanLoader, parts: dict[str, nn.Module], extra: dict | No
     ignored = sorted(k for k in titan if k.startswith(tuple(parts)) and k not in after)  # dropped by strict=False
     return dict(hf={k: v for k, v in hf.items() if k not in (extra or {})}, unloaded=_unloaded(after), ignored=ignored)
 
-# %% ../../nbs/native/06b_reader.ipynb #3ae3b2e6
+# %% ../../nbs/native/06b_reader.ipynb #165bf63b
 def fp8_block(ckpt: Checkpoint) -> tuple[int, int]:
     "The FP8 block the checkpoint's config declares (`weight_block_size`), else the format's 128x128."
     return tuple((ckpt.quantization or {}).get("weight_block_size") or FP8_BLOCK)
@@ -118,7 +118,7 @@ def definition(ckpt: Checkpoint, key: str, dtype: torch.dtype) -> tuple[torch.Te
             return dequant_mxfp4(blocks, s[key.replace("_blocks", "_scales")][:], torch.float32).to(dtype), blocks
         return ckpt.slices([key])[key][:].to(dtype), None
 
-# %% ../../nbs/native/06b_reader.ipynb #a78c1dde
+# %% ../../nbs/native/06b_reader.ipynb #0bbea977
 def read_findings(ckpt: Checkpoint, hf: dict[str, torch.Tensor]) -> list[dict]:
     "Each tensor the read gave that is not the format's definition of the file's: a finding (its cause where shown)."
     findings = []
@@ -148,7 +148,7 @@ def read_findings(ckpt: Checkpoint, hf: dict[str, torch.Tensor]) -> list[dict]:
         findings.append(finding)
     return findings
 
-# %% ../../nbs/native/06b_reader.ipynb #ba3a19dd
+# %% ../../nbs/native/06b_reader.ipynb #fec725a1
 class WholeRowMXFP4Reader(QuantizedHuggingFaceStorageReader):
     "Prototype of the fix to torch's quantized reader: an MXFP4 `_blocks` tensor's chunk in its dequantized 3-D shape."
 
@@ -163,7 +163,7 @@ class WholeRowMXFP4Reader(QuantizedHuggingFaceStorageReader):
                 )
         return md
 
-# %% ../../nbs/native/06b_reader.ipynb #67fd4124
+# %% ../../nbs/native/06b_reader.ipynb #34163eb6
 def prototype_reader(ckpt: Checkpoint) -> tuple[Callable[[], Any], tuple[str, ...]]:
     "The storage reader moe_bench's prototype loader uses for the checkpoint's format, and what it fixes."
     method, folder = (ckpt.quantization or {}).get("quant_method"), str(ckpt.folder)
@@ -213,7 +213,7 @@ def titan_loaders(family: NativeFamily, cfg, ckpt: Checkpoint) -> tuple[TitanLoa
         )
     return tuple(loaders)
 
-# %% ../../nbs/native/06b_reader.ipynb #eee9df6b
+# %% ../../nbs/native/06b_reader.ipynb #b17b5c71
 CAUSES = {
     "plain_reader_fp8": "read with the plain HuggingFaceStorageReader: the e4m3 codes are loaded as numbers, no scale "
     "applied (the adapter's get_hf_storage_reader ignores from_quantized)",
@@ -238,7 +238,7 @@ def read_titan_part_(
             break
     return dict(tried=tried, used=tried[-1]["loader"] if tried[-1]["clean"] else None)
 
-# %% ../../nbs/native/06b_reader.ipynb #79338b04
+# %% ../../nbs/native/06b_reader.ipynb #8323b9bb
 def _found(loads: list[dict], name: str) -> dict:
     "What one loader found over the parts it was tried on."
     tried = [t for p in loads for t in p["tried"] if t["loader"] == name]

@@ -17,10 +17,10 @@ from .hf import config_with, real_config
 from .synth import synthetic_overrides
 
 # %% auto #0
-__all__ = ['AS_PUBLISHED', 'PUBLISHED_EXTRAS', 'EAGER_ONLY', 'published_config', 'clamp_reaching_', 'save_published',
-           'with_mtp_layer']
+__all__ = ['AS_PUBLISHED', 'PUBLISHED_EXTRAS', 'EAGER_ONLY', 'ROUTING', 'EXPERT_COUNTS', 'published_routing', 'published_config',
+           'clamp_reaching_', 'save_published', 'with_mtp_layer']
 
-# %% ../nbs/00m_published.ipynb #2147de73
+# %% ../nbs/00m_published.ipynb #a9a149d4
 # Fields the Phase 2 rules would change that a published config.json holds, kept as published here
 AS_PUBLISHED = ("use_cache", "first_k_dense_replace", "decoder_sparse_step", "mlp_only_layers", "sliding_window")
 AS_PUBLISHED += ("max_position_embeddings",)
@@ -59,12 +59,33 @@ PUBLISHED_EXTRAS = {
 EAGER_ONLY = ("gpt_oss",)  # HF has no SDPA path for it
 
 
+ROUTING = ("num_experts_per_tok", "n_group", "topk_group")  # kept as published: the routing the checkpoint is read with
+EXPERT_COUNTS = ("n_routed_experts", "num_experts", "num_local_experts")
+
+
+def published_routing(real, small: dict) -> dict:
+    "The published top-k and groups, with enough experts for them: 4 per routed slot (8 groups keep 4 with room to"
+    " choose; a top-2 reduction of a top-8 model makes one near-tie flip half a token's routed output), at most as"
+    " published, a whole number per group."
+    kept = {k: getattr(real, k) for k in ROUTING if getattr(real, k, None) is not None}
+    top_k = kept.get("num_experts_per_tok")
+    counts = [k for k in EXPERT_COUNTS if k in small]
+    if not top_k or not counts:
+        return kept
+    published = getattr(real, counts[0])
+    groups = kept.get("n_group") or 1
+    n = min(published, max(small[counts[0]], 4 * top_k))
+    return kept | dict.fromkeys(counts, n - n % groups)
+
+
 def published_config(model_type: str, **fields):
-    "The published config of `model_type` (its PRODUCTION_CONFIGS row, the published extras), reduced in depth and width."
+    "The published config of `model_type` (its PRODUCTION_CONFIGS row, the published extras), reduced in depth and width"
+    " with its routing as published (`published_routing`)."
     real, _ = real_config(model_type)
     real = config_with(real, PUBLISHED_EXTRAS.get(model_type, {}))
     layers = (getattr(real, "first_k_dense_replace", 0) or 0) + 2  # the dense layers it opens with, then two MoE
     small = {k: v for k, v in synthetic_overrides(real, layers, small=True).items() if k not in AS_PUBLISHED}
+    small |= published_routing(real, small)
     cfg = config_with(real, small | dict(use_cache=True, num_hidden_layers=layers, vocab_size=512) | fields)
     if "mlp_only_layers" in fields or "decoder_sparse_step" in fields:
         cfg.num_hidden_layers = 4

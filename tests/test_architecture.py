@@ -33,8 +33,12 @@ FLOORS = [
     # the wrong plans phase 4's worker runs, torchtitan's bugs it replays, torchtitan's load balancing it runs
     {"worker_controls", "replays", "load_balancing"},
     {"alignment", "parallel_worker", "native.family", "gradients"},  # gradients: training, HF against Titan
-    {"native.qwen3", "native.deepseek_v3", "native.gpt_oss", "native.load"},  # native: one module per family, and CPU
-    {"native.mapping"},  # the table NATIVE, one row per family
+    # native: one module per family, CPU, and torchtitan's own loader (DCP with the adapter's storage reader)
+    {"native.qwen3", "native.deepseek_v3", "native.gpt_oss", "native.load", "native.reader"},
+    {
+        "native.mapping",
+        "native.mtp",
+    },  # the table NATIVE, one row per family; DeepSeek-V3's MTP layer as HF can judge it
     {"native.compare"},
     {"native.controls"},
     {"native.training"},  # training parity of the native model against HF

@@ -97,11 +97,18 @@ def test_a_key_torchtitans_loader_drops_is_named_in_a_fail(monkeypatch):
 
 def test_published_deepseek_kv_a_shape_does_not_load_in_hf(tmp_path):
     "DeepSeek-V3's published kv_a_proj_with_mqa, 576 rows in 5 row blocks: transformers' CPU loader cannot load it."
-    cfg = published_config("deepseek_v3", kv_lora_rank=512, qk_rope_head_dim=64)
+    cfg = published_config("deepseek_v3", kv_lora_rank=512, qk_rope_head_dim=64, head_dim=64)
     bf16 = save_published(tmp_path / "bf16", cfg)
-    rec, _ = pretrained_phase("deepseek_v3", str(quantize_folder(bf16, tmp_path / "fp8", "fp8")))
+    fp8 = quantize_folder(bf16, tmp_path / "fp8", "fp8")
+    rec, _ = pretrained_phase("deepseek_v3", str(fp8))
     assert rec["status"] == "FAIL" and rec["fault"] == "library", rec
     assert "transformers' own fp8 loader" in rec["reason"] and "not divisible" in rec["reason"], rec["reason"]
+    # native goes on: torchtitan's loader reads the file exactly as defined, so the comparison runs on the definition
+    native = native_phase("deepseek_v3", str(fp8), controls=False, random_baseline=False)
+    assert native["fault"] == "library" and native["status"] == "FAIL", native["reason"]
+    # torch's quantized reader finds scales through model.safetensors.index.json alone: this one-file folder has none
+    assert "model.safetensors.index.json" in native["reason"] and "IndexFreeQuantizedReader" in native["reason"]
+    assert native["on_definition"]["status"] == "PASS" and "HF's forward on weights it did not load" in native["reason"]
 
 
 def test_hf_from_pretrained_in_float32_on_fp8_runs_nothing(folders):

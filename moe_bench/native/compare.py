@@ -50,8 +50,8 @@ from .reader import TitanLoader, TitanLoadFailed, loader_record, read_titan_part
 # %% auto #0
 __all__ = ['STAGES', 'MTP_CONTROL', 'ratio_figures', 'stage_outputs', 'NativeRun', 'LayerCall', 'hf_reference', 'read_part_',
            'rewrite_', 'titan_layer_', 'dtype_figures', 'compare_layer_', 'head_logits', 'logit_figures',
-           'compare_mtp_', 'compare_native', 'worst_ratios', 'not_finite', 'past_bound', 'first_divergence',
-           'native_verdict']
+           'compare_mtp_', 'loader_check', 'compare_native', 'worst_ratios', 'not_finite', 'past_bound',
+           'first_divergence', 'native_verdict']
 
 # %% ../../nbs/native/07_compare.ipynb #2e913e85
 def _hf_router(layer: nn.Module) -> nn.Module | None:
@@ -153,7 +153,7 @@ def hf_reference(run: NativeRun, layer: nn.Module, call: LayerCall) -> tuple[tor
         run.streams[("hf", FLOAT64)] = _run_hf(hf64, run.streams[("hf", FLOAT64)], call.rest, call.kw)
     return ref64, stages64
 
-# %% ../../nbs/native/07_compare.ipynb #e80e02b5
+# %% ../../nbs/native/07_compare.ipynb #d15d8ee1
 def read_part_(run: NativeRun, part: str, modules: dict[str, nn.Module], extra: dict | None = None) -> None:
     "Part of Titan's model read by torchtitan's loader (its prototype where needed); `TitanLoadFailed` where none reads it."
     load = read_titan_part_(run.loaders, run.ckpt, modules, extra) | dict(part=part)
@@ -167,7 +167,7 @@ def rewrite_(run: NativeRun, module: nn.Module, what: str) -> None:
     "A control's rewrite of a loaded part's state, loaded back strictly: a key it loses or adds is named."
     if run.transform is None:
         return
-    before = module.state_dict()
+    before = {k: v.clone() for k, v in module.state_dict().items()}  # copies: a swap must not read what it wrote
     state = run.transform(before, run.values)
     missing, unexpected = sorted(set(before) - set(state)), sorted(set(state) - set(before))
     if missing or unexpected:
@@ -335,7 +335,37 @@ def compare_mtp_(run: NativeRun, hf_lm: nn.Module, ids_BL: torch.Tensor, depth: 
         not_judged=list(NOT_JUDGED),
     )
 
-# %% ../../nbs/native/07_compare.ipynb #61501d81
+# %% ../../nbs/native/07_compare.ipynb #c00c356a
+def loader_check(ckpt: Checkpoint) -> dict:
+    "torchtitan's loader over every part of the model (embeddings and head, each layer, each MTP layer): its record."
+    family, mtp = native_family(ckpt.config), mtp_layers(ckpt)
+    cfg = titan_config(ckpt.config, mtp=len(mtp))
+    titan = build_native(cfg)
+    run = NativeRun(
+        ckpt=ckpt,
+        family=family,
+        values=titan_values(ckpt.config, family),
+        titan=titan,
+        loaders=titan_loaders(family, cfg, ckpt),
+        tied={},
+        mask=None,
+        dtypes=(),
+        transform=None,
+        streams={},
+    )
+    read_part_(
+        run, "embeddings, norm, head", {f"{n}.": getattr(titan, n) for n in ("tok_embeddings", "norm", "lm_head")}
+    )
+    if run.values.get("enable_weight_tying"):
+        run.tied = {"model.embed_tokens.weight": titan.tok_embeddings.weight.detach()}
+    parts = [(f"layer {i}", f"layers.{i}.", m) for i, m in titan.layers.items()]
+    parts += [(f"MTP layer {index}", f"mtp_layers.{d}.", titan.mtp_layers[d]) for d, index in enumerate(mtp)]
+    for name, prefix, module in parts:
+        read_part_(run, name, {prefix: module}, run.tied)
+        release_titan_(module)
+    return loader_record(run.loads, run.loaders)
+
+# %% ../../nbs/native/07_compare.ipynb #8949d6f4
 def compare_native(
     ckpt: Checkpoint,
     ids_BL: torch.Tensor,
@@ -384,7 +414,7 @@ def compare_native(
         loader=loader_record(run.loads, run.loaders),
     )
 
-# %% ../../nbs/native/07_compare.ipynb #1a96c7ef
+# %% ../../nbs/native/07_compare.ipynb #10a68953
 def worst_ratios(res: dict, dtype: str) -> dict:
     "The worst ratio in `dtype` of the layers, the residual stream and the logits; NaN where any is NaN."
     return dict(
@@ -393,19 +423,19 @@ def worst_ratios(res: dict, dtype: str) -> dict:
         logits=res["logits"][dtype]["ratio"],
     )
 
-# %% ../../nbs/native/07_compare.ipynb #a350f809
+# %% ../../nbs/native/07_compare.ipynb #82eb94ba
 def not_finite(res: dict, dtype: str) -> list[str]:
     "Where a `dtype` ratio is NaN or infinite: `layer N`, `layer N stream`, `logits`."
     named = {f"layer {r['layer']}": r[dtype]["ratio"] for r in res["layers"]}
     named |= {f"layer {r['layer']} stream": r[f"stream_{dtype}"]["ratio"] for r in res["layers"]}
     return where_not_finite(named | {"logits": res["logits"][dtype]["ratio"]})
 
-# %% ../../nbs/native/07_compare.ipynb #a1583e29
+# %% ../../nbs/native/07_compare.ipynb #28b8ec9d
 def past_bound(ratio: float) -> bool:
     "A ratio past `HF_RELATIVE`, or NaN (past every bound)."
     return not ratio <= HF_RELATIVE
 
-# %% ../../nbs/native/07_compare.ipynb #a4131fbf
+# %% ../../nbs/native/07_compare.ipynb #f40faabc
 def first_divergence(res: dict) -> dict | None:
     "The first layer and sub-stage whose float32 ratio is past `HF_RELATIVE` or NaN (same input per layer), else the logits' or None."
     for r in res["layers"]:
@@ -417,7 +447,7 @@ def first_divergence(res: dict) -> dict | None:
     ratio = res["logits"]["float32"]["ratio"]
     return dict(layer=None, stage="final norm and LM head", ratio=ratio) if past_bound(ratio) else None
 
-# %% ../../nbs/native/07_compare.ipynb #2e3123ba
+# %% ../../nbs/native/07_compare.ipynb #115d153d
 def native_verdict(res: dict) -> dict:
     "Status per dtype and overall, with the worst ratios, where any is NaN or Inf, and the float32 top-1 agreement."
     out = {}

@@ -113,6 +113,31 @@ def test_published_quantized_checkpoint_through_3b_and_native(model_type, tmp_pa
     native = native_phase(model_type, str(folder), controls=False)
     assert_conforms(native)
     assert native["input"] == rec["input"]
+    assert_loader_as_shipped(native)
+
+
+# What torchtitan's own loader (DCP with its adapter's storage reader, from_hf, a non-strict load) does with each
+# published format as shipped: (the cause it shows, what the reason says); None: it reads the folder exactly
+SHIPPED = {
+    "qwen3_moe": ("plain_reader_fp8", "e4m3 codes are loaded as numbers"),  # Qwen3's adapter ignores from_quantized
+    "gpt_oss": (None, "tensors unloaded"),  # stale expert names; then torch's reader fills 1/32 of each MXFP4 row
+    "deepseek_v3": None,  # DeepSeek-V3's adapter returns torch's FP8 reader: exact (HF's blocks are the difference)
+}
+
+
+def assert_loader_as_shipped(rec):
+    loader, shipped = rec["loader"], SHIPPED[rec["model"]]
+    if shipped is None:
+        assert loader["status"] == "PASS" and loader["judged_with"] == ["torchtitan as shipped"], loader
+        assert rec["status"] == "WARN" and "derives the block size" in rec["reason"], rec["reason"]
+        return
+    cause, says = shipped
+    assert loader["status"] == "FAIL" and rec["status"] == "FAIL" and says in rec["reason"], rec["reason"]
+    assert list(loader["causes"]) == ([cause] if cause else []), loader["causes"]
+    steps = list(loader["by_loader"].values())
+    assert steps[-1]["clean"] == steps[-1]["parts"] > 0, steps  # the prototype reads every part clean
+    if rec["model"] == "gpt_oss":  # the adapter's fix alone shows torch's reader: 1/32 of each expert row read
+        assert steps[1]["read_in_part"] == [1 / 32], steps
 
 
 VARIANTS = {  # the fields a Qwen3-MoE config.json can publish otherwise

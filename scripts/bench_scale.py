@@ -38,6 +38,17 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from moe_bench.hf import PRODUCTION_CONFIGS
 from moe_bench.quant import quantize_folder
 
+GPT_OSS_20B = dict(  # openai/gpt-oss-20b config.json
+    hidden_size=2880,
+    intermediate_size=2880,
+    num_local_experts=32,
+    num_experts_per_tok=4,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    head_dim=64,
+    vocab_size=201088,
+    sliding_window=128,
+)
 SHAPES = {  # name: (model type, published dims; the model card each comes from)
     "qwen3_30b": ("qwen3_moe", PRODUCTION_CONFIGS["qwen3_moe"]["values"]),  # Qwen/Qwen3-30B-A3B, the repo's own row
     "qwen3_235b": (  # Qwen/Qwen3-235B-A22B config.json
@@ -54,33 +65,10 @@ SHAPES = {  # name: (model type, published dims; the model card each comes from)
             vocab_size=151936,
         ),
     ),
-    "gpt_oss_20b": (  # openai/gpt-oss-20b config.json; its experts in MXFP4 as published (QUANTIZED below)
+    "gpt_oss_20b": ("gpt_oss", GPT_OSS_20B),  # its experts in MXFP4 as published (QUANTIZED below)
+    "gpt_oss_120b": (  # openai/gpt-oss-120b config.json (experts dequantized): gpt-oss-20b's with 128 experts
         "gpt_oss",
-        dict(
-            hidden_size=2880,
-            intermediate_size=2880,
-            num_local_experts=32,
-            num_experts_per_tok=4,
-            num_attention_heads=64,
-            num_key_value_heads=8,
-            head_dim=64,
-            vocab_size=201088,
-            sliding_window=128,
-        ),
-    ),
-    "gpt_oss_120b": (  # openai/gpt-oss-120b config.json (experts dequantized)
-        "gpt_oss",
-        dict(
-            hidden_size=2880,
-            intermediate_size=2880,
-            num_local_experts=128,
-            num_experts_per_tok=4,
-            num_attention_heads=64,
-            num_key_value_heads=8,
-            head_dim=64,
-            vocab_size=201088,
-            sliding_window=128,
-        ),
+        GPT_OSS_20B | dict(num_local_experts=128),
     ),
     "deepseek_v3": (  # deepseek-ai/DeepSeek-V3, the repo's row, its MoE layers only (no dense layer first)
         "deepseek_v3",
@@ -88,7 +76,18 @@ SHAPES = {  # name: (model type, published dims; the model card each comes from)
     ),
 }
 QUANTIZED = {"gpt_oss_20b": "mxfp4"}  # shapes written in their publisher's quantized layout (moe_bench.quant)
-PHASES = ("3b", "native", "hf")  # hf: transformers' own from_pretrained + forward, bfloat16 then float32, for scale
+# hf: transformers' own from_pretrained + forward, bfloat16 then float32, for scale; native-compare: the native phase's
+# comparison alone (no negative controls, random baseline or export: each of those is the comparison again)
+PHASES = ("3b", "native", "hf", "native-compare")
+NATIVE_COMPARE = """
+import json, sys
+from pathlib import Path
+from moe_bench.native.phase import native_phase
+rec = native_phase(sys.argv[1], sys.argv[2], controls=False, random_baseline=False)
+out = Path(sys.argv[3]) / sys.argv[1]
+out.mkdir(parents=True, exist_ok=True)
+(out / "native.json").write_text(json.dumps(rec, default=str))
+"""
 HF_OWN = """
 import json, sys, time, torch
 from transformers import AutoModelForCausalLM
@@ -190,6 +189,8 @@ def run_phase(model_type: str, folder: Path, phase: str, out: Path, limit_gb: fl
     if phase == "hf":
         vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
         cmd = ["/usr/bin/time", "-v", sys.executable, "-c", HF_OWN.format(vocab=vocab), str(folder)]
+    elif phase == "native-compare":
+        cmd = ["/usr/bin/time", "-v", sys.executable, "-c", NATIVE_COMPARE, model_type, str(folder), str(out)]
     else:
         cmd = moe_bench_cmd(model_type, folder, phase, out)
     t = time.perf_counter()
@@ -209,7 +210,7 @@ def run_phase(model_type: str, folder: Path, phase: str, out: Path, limit_gb: fl
             floor=None,
             reason=json.dumps(own) if own else stderr[-600:],
         )
-    rec_file = out / model_type / ("pretrained.json" if phase == "3b" else "native.json")
+    rec_file = out / model_type / ("pretrained.json" if phase == "3b" else "native.json")  # native-compare's too
     rec = json.loads(rec_file.read_text()) if rec_file.is_file() else {}
     return dict(
         status=f"over {limit_gb:g} GB" if over else rec.get("status", f"exit {proc.returncode}"),

@@ -607,6 +607,10 @@ def parameter_counts(ckpt: Checkpoint) -> tuple[dict[int, int], int]:
     for shard in sorted(set(ckpt.weight_map.values())):
         for key, t in shard_header(ckpt.folder / shard).items():
             n, m = math.prod(t["shape"]), LAYER_KEY.match(key)
+            if key.endswith(("_scales", "_scale_inv")):  # a quantized weight's scales: not parameters of the model
+                continue
+            if key.endswith("_blocks") and t["dtype"] == "U8":  # MXFP4: two values a byte
+                n *= 2
             if m:
                 per_layer[int(m.group(1))] = per_layer.get(int(m.group(1)), 0) + n
             else:

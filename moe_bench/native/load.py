@@ -158,13 +158,13 @@ def _expert_stacks(layer: nn.Module) -> list[tuple[nn.Module, str]]:
         if p.ndim == 3
     ]
 
-# %% ../../nbs/native/06_load.ipynb #ba8ff23f
-def hf_in(layer: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """A copy of an HF module in `dtype` (float64: HF's eager experts loop, its grouped_mm has no float64, each expert
-    read in float64 as the loop asks for it: `ExpertRows`). A whole HF model in bfloat16 or float16 keeps in float32
+# %% ../../nbs/native/06_load.ipynb #5c73a738
+def hf_in(layer: nn.Module, dtype: torch.dtype, rows: bool = False) -> nn.Module:
+    """A copy of an HF module in `dtype` (float64: HF's eager experts loop, its grouped_mm has no float64; `rows`: each
+    expert read in float64 as the loop asks for it, `ExpertRows`, for a forward with no gradient). A whole HF model in bfloat16 or float16 keeps in float32
     what `from_pretrained` keeps there for that dtype (`_keep_in_fp32_modules_strict`: DeepSeek-V3's
     `e_score_correction_bias`), as HF's own bfloat16 model holds it."""
-    stacks = _expert_stacks(layer) if dtype == FLOAT64 else []
+    stacks = _expert_stacks(layer) if dtype == FLOAT64 and rows else []
     keep_memo = {id(getattr(m, name)): getattr(m, name) for m, name in stacks}  # shared, not copied
     out = cast_copy(layer, dtype, keep=keep_memo)
     if dtype == FLOAT64:
@@ -172,7 +172,7 @@ def hf_in(layer: nn.Module, dtype: torch.dtype) -> nn.Module:
             if hasattr(getattr(m, "config", None), "_experts_implementation"):
                 m.config = copy.copy(m.config)
                 m.config._experts_implementation = "eager"
-        for m, name in _expert_stacks(out):
+        for m, name in _expert_stacks(out) if rows else ():
             stacked = m._parameters.pop(name)
             setattr(m, name, ExpertRows(stacked.detach(), FLOAT64))
     keep = getattr(layer, "_keep_in_fp32_modules_strict", None) if dtype in (torch.bfloat16, torch.float16) else None

@@ -145,13 +145,13 @@ def family_record(family: NativeFamily) -> dict:
         else f"{family.shipped_adapter.__module__}.{family.shipped_adapter.__name__}",
     )
 
-# %% ../../nbs/07_native.ipynb #4ea3b109
-# Bytes per parameter of the largest layer and of the rest, and what they stand for. Measured (scripts/bench_scale.py,
-# Qwen3-30B-A3B shape, 2 layers, per-expert keys in bfloat16): peak 13.6 GB = 2.49 GB of embeddings and head in float32
-# (Titan holding HF's tensors where equal, `share_equal_head_`) + 0.623 G layer parameters x 17.8 bytes: HF's layer in
-# float32 and its float64 copy (12), or HF's and Titan's in float32 and bfloat16 (12), with the loader's and the
-# adapter's copies of the layer beside them
-NATIVE_MEMORY_PER_PARAMETER = (18, 4, "measured per layer parameter at the Qwen3-30B-A3B shape")
+# %% ../../nbs/07_native.ipynb #0c28dfff
+# Bytes per parameter of the largest layer and of the rest, and what they stand for. Measured (scripts/bench_scale.py
+# --phase native-compare, Qwen3-30B-A3B shape, 2 layers, per-expert keys in bfloat16, torchtitan's own loader): peak
+# 14.7 GB = 2.49 GB of embeddings and head in float32 (Titan holding HF's tensors where equal, `share_equal_head_`) +
+# 0.623 G layer parameters x 19.6 bytes: HF's layer and Titan's in float32 (8), from_hf's stacked copy of the experts
+# while torchtitan's loader loads them (4), the bfloat16 copies (4), and what the allocator keeps
+NATIVE_MEMORY_PER_PARAMETER = (20, 4, "measured per layer parameter at the Qwen3-30B-A3B shape")
 
 
 def open_native(model: str, checkpoint: str, seed: int) -> tuple:

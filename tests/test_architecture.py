@@ -52,9 +52,23 @@ FLOORS = [
     {"backend.steps"},  # 1c-1f
     {"backend.load"},  # the swap, loaded strictly
     {"backend.forward"},  # the blocks and the whole model against HF
-    {"backend.run"},  # every step for one model on one backend, and the fresh process's worker
-    # the phases (pipeline_hf: phase 4 under pipeline parallelism, its torchrun worker and its record)
-    {"probe", "config", "equivalence", "training", "gap", "pretrained", "parallelism", "pipeline_hf", "backend.phase"},
+    # every step for one model on one backend, and the fresh process's worker; what torchtitan's trainer needs on CPU
+    {"backend.run", "backend.trainer_cpu"},
+    {"backend.trainer_worker"},  # torchtitan's trainer under torchrun, one launch, judged against HF and one process
+    # the phases (pipeline_hf: phase 4 under pipeline parallelism, its torchrun worker and its record; backend.
+    # trainer_phase: the workflow's phase 4 on torchtitan's trainer, its launches, root causes and records)
+    {
+        "probe",
+        "config",
+        "equivalence",
+        "training",
+        "gap",
+        "pretrained",
+        "parallelism",
+        "pipeline_hf",
+        "backend.phase",
+        "backend.trainer_phase",
+    },
     {"native.phase"},  # the native phase: it runs phase 3b on the folder the export writes
     {"native", "backend"},  # the packages' indexes, which re-export their modules' names
     {"report_pages", "doc_native", "doc_backend"},  # the HTML pages of every record; the doc's native, pipeline and

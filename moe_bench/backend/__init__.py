@@ -8,7 +8,7 @@ __all__ = ['ESCALATED', 'PATCHES', 'STEPS', 'Backend', 'BackendPatch', 'Subject'
            'load_backend', 'load_step', 'model_step', 'patched_copy', 'probe_step', 'roundtrip_step', 'sharding_step',
            'subject_of']
 
-# %% ../../nbs/backend/00_index.ipynb #45ca8308
+# %% ../../nbs/backend/00_index.ipynb #fdf9b54b
 from .forward import ESCALATED, backend_expression, block_step, model_step
 from .load import load_step
 from .patches import PATCHES, BackendPatch, check_patches, lint_patches, patched_copy
@@ -17,7 +17,7 @@ from .source import Backend, installed_backend, load_backend
 from .steps import detection_step, probe_step, roundtrip_step, sharding_step
 from .subject import Subject, build_backend_model, subject_of
 
-# %% ../../nbs/backend/00_index.ipynb #8bcab35a
+# %% ../../nbs/backend/00_index.ipynb #2176f405
 _all_ = [
     ESCALATED,
     PATCHES,

@@ -22,7 +22,7 @@ __all__ = ['PATCH_DIR', 'BACKEND_PATH', 'ALL_PATCHES', 'PATCHES', 'TRAINER_PATCH
            'patched_copy', 'with_required', 'check_patches', 'flake8_findings', 'formatter_findings', 'lint_patches',
            'installed_untouched']
 
-# %% ../../nbs/backend/07_patches.ipynb #077b2930
+# %% ../../nbs/backend/07_patches.ipynb #a3499623
 PATCH_DIR = Path(str(resources.files("moe_bench.backend") / "diffs"))
 BACKEND_PATH = "torchtitan/experiments/transformers_modeling_backend"  # where the patches point, from torchtitan's root
 
@@ -57,8 +57,7 @@ class BackendPatch:
         return self._header("Change")
 
     @property
-    def sha256(self) -> str:
-        "The patch file's digest (what a record computed with it names)."
+    def sha256(self) -> str:  # what a record computed with it names
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
     @property

@@ -242,7 +242,7 @@ def uninstall() -> None:
         setattr(obj, name, value)
     INSTALLED.clear()
 
-# %% ../../nbs/backend/08_trainer_cpu.ipynb #d517bcfb
+# %% ../../nbs/backend/08_trainer_cpu.ipynb #9d8a7596
 def _shard_axis(model: nn.Module, fqn: str, pd) -> tuple[str, object] | None:
     "The EP or TP axis parameter `fqn` is sharded on (its placement), or None."
     from spmd_types._dtensor import spmd_type_to_dtensor_placement
@@ -296,7 +296,7 @@ def shard_views(trainer) -> int:
     ck.dcp_load = load
     return len(sharded)
 
-
+# %% ../../nbs/backend/08_trainer_cpu.ipynb #0fb59387
 def _put_back(p: torch.Tensor, slab: torch.Tensor) -> None:
     "Copy an EP/TP slab into parameter `p`, into its FSDP shard where it is one."
     with torch.no_grad():

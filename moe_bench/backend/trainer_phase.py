@@ -93,7 +93,7 @@ def run_launch(args: list[str], timeout_s: int, nproc: int = WORLD) -> dict:
         rank_tails=rank_tails(output),
     )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #734ec13b
+# %% ../../nbs/backend/10_trainer_phase.ipynb #4fc7ddd0
 CAUSES = (
     dict(
         pattern=r"Size mismatch between saved",
@@ -136,7 +136,7 @@ CAUSES = (
     ),
 )
 
-
+# %% ../../nbs/backend/10_trainer_phase.ipynb #80853900
 def diagnose(conf: dict) -> dict | None:
     "The root cause of a failed configuration record: the table's row that explains it, else what was found."
     if conf.get("status") == "PASS":
@@ -166,7 +166,7 @@ def diagnose(conf: dict) -> dict | None:
         return dict(cause=row["cause"] if row else found, fix=row["fix"] if row else "", found=found)
     return dict(cause="the loss differs from one process's", fix="")
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #9d67a547
+# %% ../../nbs/backend/10_trainer_phase.ipynb #184e5e9c
 def launch_type(
     folder: str,
     confs: list[dict],
@@ -203,7 +203,7 @@ def launch_type(
     ]
     return dict(launch, configs=done + lost, patches=[p.name for p in patches] if patched else [])
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #d59935b2
+# %% ../../nbs/backend/10_trainer_phase.ipynb #f6d51893
 def shown_command(confs: list[dict]) -> str:
     "The workflow's command as this phase runs it, for a reader: the worker in front, torchtitan's arguments as written."
     return (
@@ -262,7 +262,7 @@ def backend_parallel_phase(model: str, configs: tuple[str, ...] | None = None) -
         patched = launch_type(tmp, confs, patched=True)
     return backend_parallel_record(model, info, shipped, patched, confs)
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #a66a9e1e
+# %% ../../nbs/backend/10_trainer_phase.ipynb #16b4aad4
 def trainer_patch_controls(model: str) -> dict:
     "Per trainer patch: the configurations of `model` that pass with every patch and fail without it, with their causes."
     from moe_bench.backend.patches import with_required
@@ -287,7 +287,7 @@ def trainer_patch_controls(model: str) -> dict:
     return phase_record("backend_trainer_patches", "backend_trainer_patches", status, model_checked=model,
                         with_all={k: v["status"] for k, v in full.items()}, controls=out)  # fmt: skip
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #5b8e0ccc
+# %% ../../nbs/backend/10_trainer_phase.ipynb #781557b6
 def backend_parallel_batch(models: list[str], out_dir: str = "reports", say=print) -> dict[str, dict]:
     "Every type's record, saved under `out_dir/<model>/backend_parallel.json`."
     records, start = {}, time.perf_counter()

@@ -26,9 +26,9 @@ from ..parallel_worker import ATOL, RTOL, RTOL_LOSS, SELF_MULTIPLE
 
 # %% auto #0
 __all__ = ['WORLD', 'SEQ_LEN', 'WORKFLOW_ARGS', 'STEPS', 'AC', 'HF_INIT', 'CONTROLS', 'settings', 'command_args', 'tp_degree',
-           'configurations', 'clean', 'whole', 'Capture', 'hf_model', 'token_loss', 'hf_parity', 'reference_model',
-           'load_reference', 'OneProcess', 'reference_step', 'gradient_rows', 'error_text', 'last_frame', 'train',
-           'global_batch', 'judge', 'run_configuration', 'main']
+           'configurations', 'clean', 'whole', 'Capture', 'capture_hooks', 'hf_model', 'token_loss', 'hf_parity',
+           'reference_model', 'load_reference', 'OneProcess', 'reference_step', 'gradient_rows', 'error_text',
+           'last_frame', 'train', 'global_batch', 'judge', 'run_configuration', 'main']
 
 # %% ../../nbs/backend/09_trainer_worker.ipynb #fd090a9e
 WORLD = 4
@@ -117,7 +117,7 @@ def configurations(cfg, experts: int, world: int = WORLD) -> list[dict]:
         confs = [c for c in confs if c.get("tp", 1) == 1]
     return [c | dict(args=_flags(**{k: v for k, v in c.items() if k != "name"})) for c in confs]
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #9c00721c
+# %% ../../nbs/backend/09_trainer_worker.ipynb #fc27924a
 AC = "_checkpoint_wrapped_module."
 
 
@@ -137,9 +137,9 @@ def whole(t: torch.Tensor, shape: tuple, pd, expert: bool) -> torch.Tensor:
             t = torch.cat(parts, dim)
     return t.clone()
 
-
+# %% ../../nbs/backend/09_trainer_worker.ipynb #5bc356a9
 class Capture:
-    "What one configuration's run did, read through the trainer instance's own methods."
+    "What one configuration's run did, read through the trainer instance's own methods (`capture_hooks`)."
 
     def __init__(self, trainer, shapes: dict[str, tuple]):
         self.trainer, self.shapes, self.pd = trainer, shapes, trainer.parallel_dims
@@ -147,47 +147,7 @@ class Capture:
         self.logits: list[list[torch.Tensor]] = []
         self.steps: list[dict] = []
         self.loaded: dict | None = None
-        self._wrap()
-
-    def _wrap(self) -> None:
-        t = self.trainer
-        post, log, train_step, load = (
-            t.post_dataloading_process,
-            t.metrics_processor.log,
-            t.train_step,
-            t.checkpointer.load,
-        )
-
-        def post_capture(input_dict, labels):
-            inputs, labels, extra = post(input_dict, labels)
-            pos = extra.get("positions")
-            pos = torch.arange(inputs.shape[1]).expand_as(inputs) if pos is None else pos
-            self.batches[-1].append((inputs.detach().clone(), labels.detach().clone(), pos.detach().clone()))
-            return inputs, labels, extra
-
-        def step_capture(*args, **kwargs):
-            self.batches.append([])
-            self.logits.append([])
-            self.steps.append({})
-            out = train_step(*args, **kwargs)
-            self.steps[-1]["after"] = self.state()
-            return out
-
-        def log_capture(step, loss, max_loss, grad_norm, **kwargs):
-            self.steps[-1].update(loss=float(loss), grad_norm=float(grad_norm))
-            return log(step, loss, max_loss, grad_norm, **kwargs)
-
-        def load_capture(*args, **kwargs):
-            out = load(*args, **kwargs)
-            self.loaded = self.state()
-            return out
-
-        t.post_dataloading_process, t.train_step = post_capture, step_capture
-        t.metrics_processor.log, t.checkpointer.load = log_capture, load_capture
-        for part in t.model_parts:
-            head = getattr(part, "lm_head", None)
-            if isinstance(head, nn.Module) and not isinstance(head, nn.Identity):
-                head.register_forward_hook(lambda m, i, o: self.logits[-1].append(self._vocab_whole(o)))
+        capture_hooks(self)
 
     def _vocab_whole(self, logits: torch.Tensor) -> torch.Tensor:
         "The logits over the whole vocabulary (loss parallel shards it over TP)."
@@ -219,7 +179,44 @@ class Capture:
         named = {n: p.grad for part in self.trainer.model_parts for n, p in part.named_parameters()}
         return self._merged({n: g for n, g in named.items() if g is not None})
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #a61b7916
+# %% ../../nbs/backend/09_trainer_worker.ipynb #34f75d08
+def capture_hooks(cap: Capture) -> None:
+    "Wrap the trainer instance's batch post-processing, train step, loss log and checkpoint load; hook each lm_head."
+    t = cap.trainer
+    post, log, train_step, load = t.post_dataloading_process, t.metrics_processor.log, t.train_step, t.checkpointer.load
+
+    def post_capture(input_dict, labels):
+        inputs, labels, extra = post(input_dict, labels)
+        pos = extra.get("positions")
+        pos = torch.arange(inputs.shape[1]).expand_as(inputs) if pos is None else pos
+        cap.batches[-1].append((inputs.detach().clone(), labels.detach().clone(), pos.detach().clone()))
+        return inputs, labels, extra
+
+    def step_capture(*args, **kwargs):
+        cap.batches.append([])
+        cap.logits.append([])
+        cap.steps.append({})
+        out = train_step(*args, **kwargs)
+        cap.steps[-1]["after"] = cap.state()
+        return out
+
+    def log_capture(step, loss, max_loss, grad_norm, **kwargs):
+        cap.steps[-1].update(loss=float(loss), grad_norm=float(grad_norm))
+        return log(step, loss, max_loss, grad_norm, **kwargs)
+
+    def load_capture(*args, **kwargs):
+        out = load(*args, **kwargs)
+        cap.loaded = cap.state()
+        return out
+
+    t.post_dataloading_process, t.train_step = post_capture, step_capture
+    t.metrics_processor.log, t.checkpointer.load = log_capture, load_capture
+    for part in t.model_parts:
+        head = getattr(part, "lm_head", None)
+        if isinstance(head, nn.Module) and not isinstance(head, nn.Identity):
+            head.register_forward_hook(lambda m, i, o: cap.logits[-1].append(cap._vocab_whole(o)))
+
+# %% ../../nbs/backend/09_trainer_worker.ipynb #c9ddd58e
 from transformers.modeling_utils import PreTrainedModel
 
 HF_INIT = (PreTrainedModel._init_weights, PreTrainedModel._initialize_weights)  # before any backend model is built
@@ -265,7 +262,7 @@ def hf_parity(folder: str, ids, labels, pos, logits, loss: float) -> dict:
         loss_tol=loss_tol,
     )
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #f9e79d8e
+# %% ../../nbs/backend/09_trainer_worker.ipynb #b9b31bec
 def reference_model(trainer) -> nn.Module:
     "One process of the run's backend model: its config built on meta, swapped with a world-1 `ParallelDims`, emptied and initialised as the trainer does."
     from torchtitan.experiments.transformers_modeling_backend.moe_replacement import build_and_swap_native_moe
@@ -305,7 +302,7 @@ class OneProcess(ParallelDims):
 def _balance(model: nn.Module) -> dict[str, torch.Tensor]:
     return {n: b.detach().clone() for n, b in model.named_buffers() if "expert_bias" in n}
 
-
+# %% ../../nbs/backend/09_trainer_worker.ipynb #f1e7ff54
 def reference_step(ref: nn.Module, trainer, ids, labels, pos, chunks: int) -> dict:
     "One process's loss, gradients and own re-association difference on the step's global batch; the bias after the load-balancing hook."
     from torchtitan.components.optimizer import register_moe_load_balancing_hook
@@ -345,7 +342,7 @@ def gradient_rows(run: dict, ref: dict) -> dict[str, dict]:
         rows[k] = dict(max_abs_diff=diff, tol=tol, ratio=diff / tol if tol else float("inf"), ok=diff <= tol)
     return rows
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #c6b7c08e
+# %% ../../nbs/backend/09_trainer_worker.ipynb #29721478
 CONTROLS = {
     "sharding-config-left-out": "layer 0's attention output projection left without a sharding config (hf_sharding's "
     "_set_layer_sharding_configs wrapped in-process): the backstop must refuse it at setup",
@@ -400,7 +397,7 @@ def error_text(e: BaseException) -> str:
     message = str(e).strip().splitlines()[0][:400] if str(e).strip() else ""
     return f"{type(e).__name__}: {message}"
 
-
+# %% ../../nbs/backend/09_trainer_worker.ipynb #28f6088b
 def last_frame(e: BaseException) -> str:
     frame = traceback.extract_tb(e.__traceback__)[-1]
     return f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno} in {frame.name}"
@@ -454,7 +451,7 @@ def train(base: list[str], conf: dict, control: str | None = None) -> tuple[obje
     trainer.close()
     return trainer, cap, ref
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #b69a26a9
+# %% ../../nbs/backend/09_trainer_worker.ipynb #7582fc80
 def global_batch(cap: Capture, step: int) -> tuple:
     "Step `step`'s tokens, labels, positions and logits over every rank with its own data, in rank order."
     mine = list(cap.batches[step])
@@ -482,7 +479,7 @@ def global_batch(cap: Capture, step: int) -> tuple:
     chunks = sum(len(batch) for batch, _ in rows)
     return ids, labels, pos, logits, chunks
 
-
+# %% ../../nbs/backend/09_trainer_worker.ipynb #9a346171
 def judge(trainer, cap: Capture, ref: nn.Module) -> dict:
     "The run against HF's model (first step) and against one process (every step); the record's figures (rank 0's)."
     rank = dist.get_rank()
@@ -532,7 +529,7 @@ def judge(trainer, cap: Capture, ref: nn.Module) -> dict:
         out["status"] = "PASS" if ok and not out["loaded_differs"] else "FAIL"
     return out
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #f191a64e
+# %% ../../nbs/backend/09_trainer_worker.ipynb #72ee88a6
 def run_configuration(base: list[str], conf: dict, control: str | None = None) -> dict:
     "One configuration's record (every rank computes its part; rank 0's is the record)."
     start = time.perf_counter()

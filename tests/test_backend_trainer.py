@@ -5,7 +5,7 @@ import pytest
 
 from moe_bench.backend.patches import ALL_PATCHES, TRAINER_PATCHES
 from moe_bench.backend.source import folder_digest, installed_backend
-from moe_bench.backend.trainer_phase import CAUSES, diagnose, launch_type, write_folder
+from moe_bench.backend.trainer_phase import CAUSES, diagnose, launch_type, rank_tails, run_launch, write_folder
 from moe_bench.backend.trainer_worker import WORKFLOW_ARGS, configurations
 
 GATE_CONTROL = "control: router gate negated after the load"
@@ -70,3 +70,15 @@ def test_each_trainer_patch_is_a_root_cause_rows_fix():
     fixes = {row["fix"] for row in CAUSES}
     assert TRAINER_PATCHES and {p.path.stem for p in TRAINER_PATCHES} <= fixes
     assert all(p in ALL_PATCHES for p in TRAINER_PATCHES)
+
+
+def test_a_launch_past_its_bound_is_killed_whole_with_each_ranks_tail(tmp_path):
+    "A hung launch (here: one that cannot finish in three seconds) ends at its bound, torchrun and every rank with it."
+    import subprocess
+
+    marker = str(tmp_path / "never.json")
+    run = run_launch(["--configs", marker, "--out", str(tmp_path / "out.jsonl"), "--"], timeout_s=3)
+    assert run["timed_out"] and run["exit_code"] == 124 and run["wall_s"] < 30
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert left == [], left  # no rank survives its launch
+    assert rank_tails("[default0]:a\n[default1]:b\n[default1]:c\nnot a rank line") == {"0": ["a"], "1": ["b", "c"]}

@@ -136,9 +136,9 @@ CAUSES = (
     ),
 )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #80853900
-def diagnose(conf: dict) -> dict | None:
-    "The root cause of a failed configuration record: the table's row that explains it, else what was found."
+# %% ../../nbs/backend/10_trainer_phase.ipynb #e82d823e
+def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
+    "The root cause of a failed configuration record: the table's row that explains it (unless the patch that removes it was `applied`), else what was found."
     if conf.get("status") == "PASS":
         return None
     text = conf.get("error", "")
@@ -163,10 +163,12 @@ def diagnose(conf: dict) -> dict | None:
     if bias:
         found = f"the expert bias after the load-balancing update differs at step {bias[0]} ({conf.get('name')})"
         row = next((c for c in CAUSES if re.search(c["pattern"], found)), None)
+        if row is not None and row["fix"] in applied:  # the known cause is removed: this one is not explained
+            return dict(cause=f"{found}, with {row['fix']} applied: not explained", fix="", found=found)
         return dict(cause=row["cause"] if row else found, fix=row["fix"] if row else "", found=found)
     return dict(cause="the loss differs from one process's", fix="")
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #9fb46670
+# %% ../../nbs/backend/10_trainer_phase.ipynb #c064e3ed
 def launch_type(
     folder: str,
     confs: list[dict],
@@ -193,7 +195,7 @@ def launch_type(
             launch = run_launch(args, bound) | dict(relaunched_after_abort=first)
         done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     for c in done:
-        c["root_cause"] = diagnose(c)
+        c["root_cause"] = diagnose(c, tuple(p.path.stem for p in patches) if patched else ())
     how = (
         f"the launch timed out after {bound} s"
         if launch["timed_out"]

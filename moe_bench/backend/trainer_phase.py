@@ -93,13 +93,36 @@ def run_launch(args: list[str], timeout_s: int, nproc: int = WORLD) -> dict:
         rank_tails=rank_tails(output),
     )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #4fc7ddd0
+# %% ../../nbs/backend/10_trainer_phase.ipynb #a9f76b08
 CAUSES = (
     dict(
         pattern=r"Size mismatch between saved",
         cause="the debugmodel_moe flavor's sizes (dim 2048, 4 layers, 8 experts) override --hf_model's config, so the "
         "model no longer has the checkpoint's shapes (model.py update_from_config)",
         fix="14-hf-checkpoint-config",
+    ),
+    dict(
+        pattern=r"IndexError: list index out of range .*modeling_\w+\.py:\d+ in __init__",
+        cause="HF's model built with the debugmodel_moe flavor's 4 layers over a config whose per-layer lists hold the "
+        "folder's count (model.py update_from_config)",
+        fix="14-hf-checkpoint-config",
+    ),
+    dict(
+        pattern=r"'>' not supported between instances of 'NoneType' and 'int' .*in update_from_config",
+        cause="update_from_config adjusts n_group wherever the config has it, and DeepSeek-V2's leaves it None",
+        fix="19-expert-groups-none",
+    ),
+    dict(
+        pattern=r"sinks has no placement declared in sharding_config",
+        cause="the attention's sharding config declares no placement for its sinks (gpt-oss), so distributing its "
+        "states refuses at setup (hf_sharding.py)",
+        fix="",
+    ),
+    dict(
+        pattern=r"size of tensor b \(\d+\) at non-singleton dimension 2",
+        cause="under TP a norm over every head's width (OLMoE's q_norm/k_norm) keeps its whole weight while q and k "
+        "are head-sharded (hf_sharding.py's q_norm/k_norm layout is per head, Qwen3's)",
+        fix="",
     ),
     dict(
         pattern=r"Missing key in checkpoint state_dict: .*(routed_experts|router|expert_bias|experts)",
@@ -136,13 +159,14 @@ CAUSES = (
     ),
 )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #e82d823e
+# %% ../../nbs/backend/10_trainer_phase.ipynb #3c3e0ffd
 def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
     "The root cause of a failed configuration record: the table's row that explains it (unless the patch that removes it was `applied`), else what was found."
     if conf.get("status") == "PASS":
         return None
     text = conf.get("error", "")
-    row = next((c for c in CAUSES if re.search(c["pattern"], text)), None)
+    where = f"{text} {conf.get('raised_at', '')}"
+    row = next((c for c in CAUSES if re.search(c["pattern"], where)), None)
     if row is not None:
         return dict(cause=row["cause"], fix=row["fix"], stage=conf.get("stage"), error=text)
     if "error" in conf:
@@ -269,8 +293,8 @@ def backend_parallel_phase(model: str, configs: tuple[str, ...] | None = None) -
         patched = launch_type(tmp, confs, patched=True)
     return backend_parallel_record(model, info, shipped, patched, confs)
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #16b4aad4
-def trainer_patch_controls(model: str) -> dict:
+# %% ../../nbs/backend/10_trainer_phase.ipynb #285abb6a
+def trainer_patch_controls(model: str, patches: tuple = TRAINER_PATCHES) -> dict:
     "Per trainer patch: the configurations of `model` that pass with every patch and fail without it, with their causes."
     from moe_bench.backend.patches import with_required
 
@@ -279,7 +303,7 @@ def trainer_patch_controls(model: str) -> dict:
         confs = configurations(info["config"], info["experts"])
         full = {c["name"]: c for c in launch_type(tmp, confs, patched=True)["configs"]}
         out = {}
-        for patch in TRAINER_PATCHES:
+        for patch in patches:
             kept = tuple(p for p in ALL_PATCHES if patch not in with_required(p))
             run = launch_type(tmp, confs, patched=True, patches=kept)
             fixes = {
@@ -288,7 +312,7 @@ def trainer_patch_controls(model: str) -> dict:
                 if c["status"] != "PASS" and full[c["name"]]["status"] == "PASS"
             }
             out[patch.name] = dict(
-                fixes=fixes, left_out=[p.name for p in ALL_PATCHES if p not in kept], wall_s=run["wall_s"]
+                model=model, fixes=fixes, left_out=[p.name for p in ALL_PATCHES if p not in kept], wall_s=run["wall_s"]
             )
     status = "PASS" if all(v["fixes"] for v in out.values()) else "FAIL"
     return phase_record("backend_trainer_patches", "backend_trainer_patches", status, model_checked=model,

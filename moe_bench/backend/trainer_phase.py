@@ -93,7 +93,7 @@ def run_launch(args: list[str], timeout_s: int, nproc: int = WORLD) -> dict:
         rank_tails=rank_tails(output),
     )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #a9f76b08
+# %% ../../nbs/backend/10_trainer_phase.ipynb #b9a40d82
 CAUSES = (
     dict(
         pattern=r"Size mismatch between saved",
@@ -111,6 +111,18 @@ CAUSES = (
         pattern=r"'>' not supported between instances of 'NoneType' and 'int' .*in update_from_config",
         cause="update_from_config adjusts n_group wherever the config has it, and DeepSeek-V2's leaves it None",
         fix="19-expert-groups-none",
+    ),
+    dict(
+        pattern=r"'NoneType' object has no attribute 'routed_experts' .*in apply_fsdp",
+        cause="apply_fsdp's EP path reads each block's `moe`, which a layer keeping its MoE under another name "
+        "(granitemoe's `block_sparse_moe`) leaves None (parallelize.py)",
+        fix="",
+    ),
+    dict(
+        pattern=r"RecursionError: maximum recursion depth exceeded .*heterogeneity/configuration_utils",
+        cause="the config the backend builds recurses in transformers' heterogeneous-config attribute lookup (DBRX's "
+        "nested attention and FFN configs; model.py update_from_config copies attributes across)",
+        fix="",
     ),
     dict(
         pattern=r"sinks has no placement declared in sharding_config",

@@ -6,7 +6,7 @@ from moe_bench.backend.trainer_phase import trainer_patch_controls
 from moe_bench.core import write_json_atomic
 
 # the type each patch is proven on: the first whose configurations it changes
-ON = {"expert-groups-none": "deepseek_v2"}
+ON = {"expert-groups-none": "deepseek_v2", "ep-moe-attribute": "granitemoe"}
 
 if __name__ == "__main__":
     by_model: dict[str, tuple] = {}

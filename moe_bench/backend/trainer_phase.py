@@ -93,7 +93,7 @@ def run_launch(args: list[str], timeout_s: int, nproc: int = WORLD) -> dict:
         rank_tails=rank_tails(output),
     )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #b9a40d82
+# %% ../../nbs/backend/10_trainer_phase.ipynb #4bbe5a3a
 CAUSES = (
     dict(
         pattern=r"Size mismatch between saved",
@@ -116,7 +116,7 @@ CAUSES = (
         pattern=r"'NoneType' object has no attribute 'routed_experts' .*in apply_fsdp",
         cause="apply_fsdp's EP path reads each block's `moe`, which a layer keeping its MoE under another name "
         "(granitemoe's `block_sparse_moe`) leaves None (parallelize.py)",
-        fix="",
+        fix="20-ep-moe-attribute",
     ),
     dict(
         pattern=r"RecursionError: maximum recursion depth exceeded .*heterogeneity/configuration_utils",

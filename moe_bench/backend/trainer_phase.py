@@ -93,7 +93,7 @@ def run_launch(args: list[str], timeout_s: int, nproc: int = WORLD) -> dict:
         rank_tails=rank_tails(output),
     )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #4bbe5a3a
+# %% ../../nbs/backend/10_trainer_phase.ipynb #9fa7060f
 CAUSES = (
     dict(
         pattern=r"Size mismatch between saved",
@@ -122,6 +122,12 @@ CAUSES = (
         pattern=r"RecursionError: maximum recursion depth exceeded .*heterogeneity/configuration_utils",
         cause="the config the backend builds recurses in transformers' heterogeneous-config attribute lookup (DBRX's "
         "nested attention and FFN configs; model.py update_from_config copies attributes across)",
+        fix="",
+    ),
+    dict(
+        pattern=r"Missing key in checkpoint state_dict: lm_head\.weight",
+        cause="with tied embeddings the checkpoint holds no lm_head.weight, and a pipeline stage holding lm_head "
+        "without embed_tokens asks for it (state_dict_adapter.py to_hf drops it only beside embed_tokens)",
         fix="",
     ),
     dict(

@@ -342,7 +342,7 @@ def gradient_rows(run: dict, ref: dict) -> dict[str, dict]:
         rows[k] = dict(max_abs_diff=diff, tol=tol, ratio=diff / tol if tol else float("inf"), ok=diff <= tol)
     return rows
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #29721478
+# %% ../../nbs/backend/09_trainer_worker.ipynb #59a456b1
 CONTROLS = {
     "sharding-config-left-out": "layer 0's attention output projection left without a sharding config (hf_sharding's "
     "_set_layer_sharding_configs wrapped in-process): the backstop must refuse it at setup",
@@ -394,7 +394,8 @@ def error_text(e: BaseException) -> str:
         inner = next(iter(failures.values()))
         inner = inner[0] if isinstance(inner, tuple) else inner
         return f"{type(e).__name__} (rank errors): {error_text(inner)}"
-    message = str(e).strip().splitlines()[0][:400] if str(e).strip() else ""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    message = " ".join(lines[:2] if lines and lines[0].endswith(":") else lines[:1])[:500]  # a heading's detail too
     return f"{type(e).__name__}: {message}"
 
 # %% ../../nbs/backend/09_trainer_worker.ipynb #28f6088b

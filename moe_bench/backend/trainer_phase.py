@@ -93,7 +93,7 @@ def run_launch(args: list[str], timeout_s: int, nproc: int = WORLD) -> dict:
         rank_tails=rank_tails(output),
     )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #9fa7060f
+# %% ../../nbs/backend/10_trainer_phase.ipynb #41f80ddb
 CAUSES = (
     dict(
         pattern=r"Size mismatch between saved",
@@ -123,6 +123,12 @@ CAUSES = (
         cause="the config the backend builds recurses in transformers' heterogeneous-config attribute lookup (DBRX's "
         "nested attention and FFN configs; model.py update_from_config copies attributes across)",
         fix="",
+    ),
+    dict(
+        pattern=r"size mismatch for model\.lm_head\.weight: copying a param",
+        cause="not torchtitan's: with tied embeddings from_hf hands lm_head embed_tokens' tensor, which moe_bench's "
+        "shard_views adaptation made a DTensor over the TP mesh (whole), so lm_head's TP shard meets the whole matrix",
+        fix="moe_bench: trainer_cpu.shard_views",
     ),
     dict(
         pattern=r"Missing key in checkpoint state_dict: lm_head\.weight",

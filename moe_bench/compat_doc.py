@@ -668,7 +668,7 @@ def _replicated_section(records: dict[str, dict[str, dict]]) -> list[str]:
         lines.append(f"| `{key}` | {why} | {mods} |")
     return lines
 
-# %% ../nbs/05_compat_doc.ipynb #c0d8703b
+# %% ../nbs/05_compat_doc.ipynb #b10d709c
 def platforms(records: dict[str, dict[str, dict]]) -> list[tuple[str, int]]:
     "Each platform the records were computed on, in a few words, and how many records: the most first."
     counts = collections.Counter(
@@ -680,7 +680,7 @@ def platforms(records: dict[str, dict[str, dict]]) -> list[tuple[str, int]]:
 def platform_section(records: dict[str, dict[str, dict]]) -> list[str]:
     return ["", "## Where these records were computed", ""] + [f"- {p}: {n} records" for p, n in platforms(records)]
 
-# %% ../nbs/05_compat_doc.ipynb #a9913a6d
+# %% ../nbs/05_compat_doc.ipynb #1954da28
 PHASE_COLUMNS = (  # the index's columns: a record's phase, and its heading
     ("backend", "HF backend (as shipped; with patches)"),
     ("probe", "probe"),
@@ -696,7 +696,7 @@ PHASE_COLUMNS = (  # the index's columns: a record's phase, and its heading
 INDEX_STYLE = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}"
     ".PASS{color:#060}.WARN{color:#a60}.FAIL,.ERROR{color:#c00}.BLOCKED,.UNSUPPORTED,.NO_MOE{color:#555}"
-    "td small a{color:#888}"
+    "td small a{color:#888}details.why{max-width:22em}details.why summary{color:#888;font-size:80%;cursor:pointer}"
 )
 INDEX_SCRIPT = """
 function filterRows() {
@@ -726,7 +726,7 @@ def _phase_cell(root: Path, model: str, phase: str, rec: dict | None) -> str:
     said = "; ".join(
         w for w in (verdicts(rec), reason_of(rec) if rec.get("status") not in ("PASS", "WARN") else "") if w
     )
-    said = f"<br><small class='why'>{html.escape(said[:240])}</small>" if said else ""
+    said = f"<details class='why'><summary>why</summary><small>{html.escape(said)}</small></details>" if said else ""
     return f"<td>{label} <small><a href='{html.escape(model)}/{phase}.json'>json</a></small>{said}</td>"
 
 

@@ -25,11 +25,11 @@ from nbconvert import HTMLExporter
 from .core import REPO_ROOT, platform_line, read_json, reports_root, write_text_atomic
 
 # %% auto #0
-__all__ = ['RECORD_META', 'REPORT_TEMPLATE', 'NON_FINITE', 'DICT_REPR', 'FLOOR', 'PLOTS', 'PAGE_STYLE', 'FOOTER_KEYS',
+__all__ = ['RECORD_META', 'REPORT_TEMPLATE', 'NON_FINITE', 'DICT_REPR', 'FLOOR', 'PLOTS', 'CHECKED', 'PAGE_STYLE', 'FOOTER_KEYS',
            'FOLDED_CHARS', 'PAGE_KEY_META', 'record_stamp', 'page_stamp', 'report_cells', 'inputs_html', 'render_html',
-           'fmt', 'rows_table', 'pairs_table', 'section', 'show', 'legend_outside', 'plot_gap_stages',
-           'plot_pretrained_layers', 'plot_native_layers', 'figure_img', 'page_key', 'page_key_meta', 'record_page',
-           'current_page', 'keeps_page', 'write_pages']
+           'fmt', 'flat_row', 'rows_table', 'pairs_table', 'section', 'show', 'legend_outside', 'plot_gap_stages',
+           'plot_pretrained_layers', 'plot_native_layers', 'figure_img', 'verdict_line', 'page_key', 'page_key_meta',
+           'record_page', 'current_page', 'keeps_page', 'write_pages']
 
 # %% ../nbs/05a_report_pages.ipynb #83e75eeb
 RECORD_META = "moe-bench-record"  # a page's <meta> naming the record it shows, by its `time_utc`
@@ -144,19 +144,35 @@ def fmt(v) -> str:
         )
     return str(v)
 
-# %% ../nbs/05a_report_pages.ipynb #9c645df0
+# %% ../nbs/05a_report_pages.ipynb #82d4eb41
 def _esc(v) -> str:
     return html.escape(fmt(v))
 
 
 def _cell(v) -> str:
-    "A table cell: a multi-line text (a traceback, an error) kept as lines."
+    "A table cell: a multi-line text (a traceback, an error) kept as lines; rows or a dict as a table of their own."
+    if _is_rows(v):
+        return f"<td>{rows_table(v)}</td>"
+    if isinstance(v, dict) and v:
+        return f"<td>{pairs_table(v)}</td>"
     text = fmt(v)
     return f"<td><pre>{html.escape(text)}</pre></td>" if "\n" in text else f"<td>{html.escape(text)}</td>"
 
 
+def flat_row(row: dict, prefix: str = "") -> dict:
+    "A row with its dict values spread into columns of their own (`bfloat16 kl`): a column per figure."
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, dict) and v:
+            out |= flat_row(v, f"{prefix}{k} ")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def rows_table(rows: list[dict]) -> str:
-    "A list of dicts as one table: a column per key (in first-seen order)."
+    "A list of dicts as one table: a column per key (in first-seen order), a nested dict's keys as columns too."
+    rows = [flat_row(r) for r in rows]
     cols = list(dict.fromkeys(k for r in rows for k in r))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(_cell(r.get(c)) for c in cols) + "</tr>\n" for r in rows)
@@ -219,7 +235,7 @@ def show(value, title: str = "") -> None:
         }
     display(HTML(section(title, value, heading=bool(title))))
 
-# %% ../nbs/05a_report_pages.ipynb #8de31943
+# %% ../nbs/05a_report_pages.ipynb #b3543085
 FLOOR = 1e-12  # where a zero difference is drawn on a log axis
 
 
@@ -253,7 +269,7 @@ def plot_pretrained_layers(record: dict) -> plt.Figure | None:
     if not layers:
         return None
     bound = record["thresholds"]["hf_relative"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.6))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7.5))  # one above the other: each as wide as the page allows
     moe = [r for r in layers if r["kind"] == "moe"]
     x = [r["layer"] for r in moe]
     ax1.semilogy(x, [r["bfloat16"]["titan_rel_err"] for r in moe], "o-", label="Titan bf16 vs HF f32")
@@ -289,7 +305,7 @@ def plot_native_layers(record: dict) -> plt.Figure | None:
     if not layers:
         return None
     bound = record["thresholds"]["hf_relative"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.6))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7.5))
     x = [r["layer"] for r in layers]
     for dt, marker in (("float32", "o-"), ("bfloat16", "s-")):
         ax1.plot(x, [r[dt]["ratio"] for r in layers], marker, label=f"layer, {dt}")
@@ -318,11 +334,44 @@ PLOTS: dict[str, Callable[[dict], plt.Figure | None]] = {
 def figure_img(fig: plt.Figure) -> str:
     "A figure as an inline PNG `<img>` (no file, no network; the same figure gives the same bytes)."
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=72, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
     return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
-# %% ../nbs/05a_report_pages.ipynb #e77e1f7a
+# %% ../nbs/05a_report_pages.ipynb #71081f0a
+CHECKED = {  # what each phase checks, as the opening sentence says it
+    "backend": "torchtitan's HF backend, step by step through the workflow as shipped and with moe_bench's patches, "
+    "against moe_bench's reading of the model",
+    "probe": "which layers of the HF model are MoE, how each routes and lays out its experts, and whether torchtitan can "
+    "express the block",
+    "config": "a synthetic config from the published one: production hidden sizes, everything else small",
+    "equivalence": "HF's MoE block against torchtitan's holding the same weights on the same input (the spec's KL "
+    "thresholds, then the strict verdict and its mutations)",
+    "gap_analysis": "every difference between HF's block and torchtitan's, stage by stage, explained by reversible "
+    "alignment patches until max_diff is 0",
+    "training": "training parity: the loss and every gradient with torchtitan's MoE swapped in, against HF's",
+    "pretrained": "real weights: each MoE layer on its real input within a bound of HF's own error, and the residual "
+    "stream layer by layer",
+    "parallelism": "training under FSDP, FSDP+EP, TP and FSDP+TP+EP (torchrun) against one process, every gradient",
+    "pipeline": "pipeline-parallel training against one process, every gradient",
+    "native": "torchtitan's own model of this family, loaded through its adapter, against HF layer by layer",
+    "native_parallel": "torchtitan's own model under its own parallelize function against one process",
+    "native_pipeline": "torchtitan's own model under pipeline parallelism against one process",
+    "backend_parallel": "the workflow's phase 4 on torchtitan's own trainer and HF backend (torchrun), against HF and "
+    "one process",
+}
+
+
+def verdict_line(record: dict) -> str:
+    "The page's opening: its verdict, what was checked, and why it passed or did not."
+    status, phase = record.get("status", "?"), record.get("phase", "?")
+    what = CHECKED.get(phase, f"the {phase} phase")
+    why = record.get("reason") or ((record.get("error") or "").strip().splitlines() or [""])[-1]
+    why = why or ("every check passed" if status == "PASS" else "")
+    said = f"Checked {what}." + (f" {_unrepr(str(why))[:400].rstrip('.')}." if why else "")
+    return f"<p class='verdict'><b class='{html.escape(status)}'>{html.escape(status)}</b>: {html.escape(said)}</p>"
+
+# %% ../nbs/05a_report_pages.ipynb #0afdc941
 PAGE_STYLE = (
     "body{font-family:sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;margin:0.5em 0}"
     "td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top;font-size:90%}"
@@ -375,6 +424,7 @@ def record_page(record: dict, siblings: list[str] = ()) -> str:
         f"<meta name='generator' content='moe_bench.report_pages'><title>{html.escape(model)}: {html.escape(phase)}</title>",
         f"<style>{PAGE_STYLE}</style></head><body>",
         f"<h1>{html.escape(model)}: {html.escape(phase)} <span class='status {html.escape(status)}'>{html.escape(status)}</span></h1>",
+        verdict_line(record),
         f"<p>{nav}</p>",
         f"<p class='platform'>computed on: {html.escape(platform_line(record.get('platform')))}</p>",
         pairs_table(scalars),
@@ -388,7 +438,7 @@ def record_page(record: dict, siblings: list[str] = ()) -> str:
     parts.append(f"<hr><p><small>{footer}</small></p></body></html>\n")
     return "\n".join(parts)
 
-# %% ../nbs/05a_report_pages.ipynb #f8d4c6a9
+# %% ../nbs/05a_report_pages.ipynb #d7174295
 def current_page(page: Path, record: dict, siblings: list[str]) -> bool:
     "Whether `page` is this record's page as it would be rendered now: the same record, renderer and siblings."
     if not page.exists():

@@ -129,12 +129,9 @@ def imports_of(module: str, source: str | None = None) -> set[str]:
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)]
-                names = (
-                    [".".join(base + [node.module])] if node.module else [".".join(base + [a.name]) for a in node.names]
-                )
-            elif (node.module or "").startswith("moe_bench"):
-                rest = node.module.split(".")[1:]
-                names = [".".join(rest)] if rest else [a.name for a in node.names]
+                names = [".".join(base + ([node.module] if node.module else []) + [a.name]) for a in node.names]
+            elif (node.module or "").startswith("moe_bench"):  # a name, or a module of a package (`_known` tells)
+                names = [".".join(node.module.split(".")[1:] + [a.name]) for a in node.names]
             else:
                 continue
             out |= {_known(n) for n in names if n}
@@ -219,6 +216,32 @@ def test_the_check_sees_an_upward_import(source):
     assert upward_imports("equivalence", source) == ["probe"]
 
 
+def named_prototypes(module: str, source: str | None = None) -> list[str]:
+    "The prototypes `module` imports by name (`prototypes.<name>`; the shared `prototypes.common` is no prototype)."
+    return sorted(m for m in imports_of(module, source) if room_of(m) == "prototypes.*")
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m != "prototypes" and not m.startswith("prototypes.")])
+def test_no_central_module_names_a_prototype(module):
+    "A prototype registers through its `Expression` (and its classes' own attributes), so a central module loops over"
+    " `EXPRESSIONS`: a new prototype is its notebook and its row in `EXPRESSIONS`, nothing else to remember."
+    assert not named_prototypes(module), f"{module} imports {named_prototypes(module)}: read it from its Expression"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from .prototypes.per_modality import routed_output",
+        "from moe_bench.prototypes.hash_routing import HashRouter",
+        "def f():\n    from .prototypes import clamped_glu\n",
+    ],
+)
+def test_the_prototype_check_sees_a_named_import(source):
+    "Negative control: a named prototype is reported in any spelling; the index and the shared kernels are not."
+    assert len(named_prototypes("traces", source)) == 1
+    assert named_prototypes("traces", "from .prototypes import EXPRESSIONS\nfrom .prototypes.common import x") == []
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_no_module_holds_more_than_one_room(module):
     "No module of moe_bench/ (the generated `_modidx.py` aside) passes MAX_MODULE_LINES lines."
@@ -272,3 +295,17 @@ def test_the_cell_check_sees_a_long_cell():
     short = dict(cell_type="code", source=["#| export\n"] + ["x = 1\n"] * 59)
     test = dict(cell_type="code", source=["x = 1\n"] * 61)
     assert long_export_cells([short, long_cell, test]) == [(1, 61)]
+
+
+def test_a_native_family_is_one_row():
+    "Everything phase 4 asks of a native family is on its `NativeFamily` row (its parallelize function among it): no"
+    " module beside the family's own names a family's parallelize function, so a new family cannot pass the native"
+    " phase and then meet a table that lacks it under torchrun."
+    from moe_bench.native.mapping import NATIVE
+
+    assert NATIVE and all(callable(f.parallelize) for f in NATIVE.values())
+    names = {f.parallelize.__name__ for f in NATIVE.values()}
+    homes = {m for m in MODULES if "FAMILY = NativeFamily(" in source_path(m).read_text()}
+    assert len(homes) == len(NATIVE)
+    named = {m: sorted(n for n in names if n in source_path(m).read_text()) for m in MODULES if m not in homes}
+    assert not {m: n for m, n in named.items() if n}, named

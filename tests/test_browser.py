@@ -4,6 +4,7 @@ and the committed reports open offline with no failed request and no console err
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -317,6 +318,19 @@ def _checked(d, path, tmp_path):
     )
 
 
+STATUSES = ("PASS", "WARN", "NO_MOE", "UNSUPPORTED", "BLOCKED", "FAIL", "ERROR")
+DICT_IN_CELL = re.compile(
+    r"\{'|(?:^|; )[\w .]+: [^;\n]+; [\w .]+: [^;\n]+; [\w .]+: "
+)  # a repr, or key: v; key: v; ...
+
+
+def test_the_dictionary_check_sees_one():
+    "Negative control: the pretrained page's old cell (a dict joined by semicolons) and a repr are caught; prose is not."
+    assert DICT_IN_CELL.search("status: PASS; kl: 4.737e-05; max_diff: 0.0625; cos_sim: 1")
+    assert DICT_IN_CELL.search("{'status': 'PASS'}")
+    assert not DICT_IN_CELL.search("FSDP: the sinks have no placement; TP: a norm over every head")
+
+
 def test_reports_open_offline(own_browser, tmp_path):
     _needs_chromium()
     d, root = own_browser, REPO / "reports"
@@ -341,6 +355,9 @@ def test_reports_open_offline(own_browser, tmp_path):
         _open(d, page)
         assert _checked(d, page, tmp_path) == ([], [], []), page
         assert d.title.startswith("qwen3_moe: ") and "NaN" not in d.find_element("tag name", "body").text
+        assert d.find_element("css selector", "p.verdict").text.split(":")[0] in STATUSES  # it opens with its verdict
+        cells = d.execute_script("return [...document.querySelectorAll('td')].map(c => c.innerText)")
+        assert not [c for c in cells if DICT_IN_CELL.search(c)], page  # a column per figure, no dictionary in a cell
         images = d.find_elements("tag name", "img")
         assert all(d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", i) for i in images)
     # control: a page that asks another host for an image is caught (the request fails offline, and is named)

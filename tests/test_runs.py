@@ -8,6 +8,7 @@ import papermill
 import pytest
 
 from moe_bench import runner
+from moe_bench.core import this_platform
 from moe_bench.probe import probe_model
 
 from conftest import REPO
@@ -63,6 +64,15 @@ def test_moe_bench_run_qwen3_moe(reports_tmp):
     assert (pre["status"], pre["status_strict"]) in {("PASS", "PASS"), ("FAIL", "PASS")}, pre.get("reason")
     assert pre["explained_at_logits"] and all(r["negative_control"]["caught"] for r in pre["layers"])
     assert (reports_tmp / "qwen3_moe" / "pretrained.html").read_text().count("data:image/png;base64") >= 1
+    # computed here, they name this platform and are kept by the next run here; one from another platform is not
+    assert all(_record(reports_tmp, "qwen3_moe", p)["platform"] == this_platform() for p in ("probe", "parallelism"))
+    again = subprocess.run(["moe-bench", "run", "qwen3_moe", "--dry-run"], capture_output=True, text=True, timeout=300)
+    assert "keep: current" in again.stdout and "run:" not in again.stdout, again.stdout + again.stderr
+    probe = _record(reports_tmp, "qwen3_moe", "probe")
+    probe["platform"] = probe["platform"] | dict(cpu="another CPU", isa=["amx_tile", "amx_bf16"])
+    (reports_tmp / "qwen3_moe" / "probe.json").write_text(json.dumps(probe))
+    again = subprocess.run(["moe-bench", "run", "qwen3_moe", "--dry-run"], capture_output=True, text=True, timeout=300)
+    assert re.search(r"probe +run: computed on another platform \(cpu, another CPU", again.stdout), again.stdout
 
 
 def test_plain_papermill(tmp_path, reports_tmp):

@@ -30,19 +30,25 @@ def elsewhere(tmp_path, monkeypatch):
     return Path.cwd()
 
 
-@pytest.mark.parametrize("how", ["--out", "MOE_BENCH_REPORTS"])
-def test_a_relative_reports_root_is_the_users(how, elsewhere, monkeypatch):
-    "Phase 2 through papermill (its notebook runs in nbs/) writes its record under the user's relative root."
-    argv = ["run", "m", "--phases", "2", "--no-progress", "--no-wait"]
-    if how == "--out":
-        argv += ["--out", "myreports"]
-    else:
-        monkeypatch.setenv("MOE_BENCH_REPORTS", "myreports")
-    assert runner.main(argv) in (0, 1)
+def test_a_relative_out_is_the_users(elsewhere):
+    "Phase 2 through papermill (its notebook runs in nbs/) writes its record under the user's relative `--out`."
+    assert runner.main(["run", "m", "--phases", "2", "--out", "myreports", "--no-progress", "--no-wait"]) in (0, 1)
     record = elsewhere / "myreports" / "m" / "config.json"
     assert record.exists(), sorted(str(p) for p in elsewhere.rglob("*.json"))
     assert json.loads(record.read_text())["status"] in ("PASS", "WARN")
     assert not (REPO_ROOT / "nbs" / "myreports").exists()  # the bug: the record written inside the repository
+
+
+def test_a_relative_reports_variable_is_the_users(elsewhere, monkeypatch):
+    "`MOE_BENCH_REPORTS=myreports`: after the command line is read, a kernel started in nbs/ (inheriting the variable)"
+    " and the runner itself both name the user's folder."
+    monkeypatch.setenv("MOE_BENCH_REPORTS", "myreports")
+    seen = {}
+    monkeypatch.setattr(runner, "run_model", lambda *a: seen.update(root=runner.reports_root(a[2])) or [])
+    assert runner.main(["run", "m", "--phases", "2", "--no-progress", "--no-wait"]) != 2  # not refused
+    assert os.environ["MOE_BENCH_REPORTS"] == str(elsewhere / "myreports") and seen["root"] == elsewhere / "myreports"
+    monkeypatch.chdir(runner.NBS_DIR)  # where papermill runs the notebooks
+    assert runner.reports_root() == elsewhere / "myreports"
 
 
 def test_a_relative_checkpoint_reaches_the_notebook_absolute(elsewhere, monkeypatch):

@@ -27,8 +27,8 @@ from ..parallel_worker import parallel_test_config
 
 # %% auto #0
 __all__ = ['LAUNCH_START_S', 'LAUNCH_PER_CONFIG_S', 'SETUP_CAUSES', 'BUILD_CAUSES', 'CAUSES', 'write_folder', 'rank_tails',
-           'descendants', 'run_launch', 'diagnose', 'launch_type', 'shown_command', 'backend_parallel_record',
-           'backend_parallel_phase', 'trainer_patch_controls', 'backend_parallel_batch']
+           'descendants', 'run_launch', 'diagnose', 'launch_type', 'shown_command', 'patched_reason', 'rediagnosed',
+           'backend_parallel_record', 'backend_parallel_phase', 'trainer_patch_controls', 'backend_parallel_batch']
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #8aca4147
 def write_folder(model: str, folder: str | Path, seed: int = 0) -> dict:
@@ -364,7 +364,7 @@ def launch_type(
     ]
     return dict(launch, configs=done + lost, patches=[p.name for p in patches] if patched else [])
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #2b0350f1
+# %% ../../nbs/backend/10_trainer_phase.ipynb #31cb7de8
 def shown_command(confs: list[dict]) -> str:
     "The workflow's command as this phase runs it, for a reader: the worker in front, torchtitan's arguments as written."
     return (
@@ -374,6 +374,23 @@ def shown_command(confs: list[dict]) -> str:
     )
 
 
+def patched_reason(rows: list[dict]) -> str | None:
+    "What the record says where a configuration fails with the patches: each one's root cause (its error if none)."
+    bad = [f"{r['name']}: {(r['patched']['root_cause'] or {}).get('cause', r['patched'].get('error'))}" for r in rows
+           if r["patched"]["status"] != "PASS"]  # fmt: skip
+    return "; ".join(bad) or None
+
+
+def rediagnosed(record: dict) -> dict:
+    "`record` with every configuration's root cause, and its reason, read again through today's `CAUSES` table."
+    had = set(record.get("launches", {}).get("with_patches", {}).get("patches", ()))  # what the patched launch applied
+    applied = tuple(p.path.stem for p in ALL_PATCHES if p.name in had)
+    for row in record.get("configs", []):
+        row["shipped"]["root_cause"] = diagnose(row["shipped"])
+        row["patched"]["root_cause"] = diagnose(row["patched"], applied)
+    return record | dict(reason=patched_reason(record.get("configs", [])))
+
+# %% ../../nbs/backend/10_trainer_phase.ipynb #fad4167e
 def backend_parallel_record(model: str, folder_info: dict, shipped: dict, patched: dict, confs: list[dict]) -> dict:
     "The type's record: each configuration as shipped and with the patches, the command, the launches' wall times."
     every = patched["configs"] + shipped["configs"]
@@ -386,13 +403,11 @@ def backend_parallel_record(model: str, folder_info: dict, shipped: dict, patche
         p = next(x for x in patched["configs"] if x["name"] == c["name"])
         rows.append(dict(name=c["name"], args=c["args"], shipped=s, patched=p))
     status = worst_status(*(r["patched"]["status"] for r in rows))
-    bad = [f"{r['name']}: {(r['patched']['root_cause'] or {}).get('cause', r['patched'].get('error'))}" for r in rows
-           if r["patched"]["status"] != "PASS"]  # fmt: skip
     return phase_record(
         model,
         "backend_parallel",
         status,
-        reason="; ".join(bad) or None,
+        reason=patched_reason(rows),
         status_as_shipped=worst_status(*(r["shipped"]["status"] for r in rows)),
         configs=rows,
         command=shown_command(confs),
@@ -423,7 +438,7 @@ def backend_parallel_phase(model: str, configs: tuple[str, ...] | None = None) -
         patched = launch_type(tmp, confs, patched=True)
     return backend_parallel_record(model, info, shipped, patched, confs)
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #e158c0ba
+# %% ../../nbs/backend/10_trainer_phase.ipynb #186798f0
 def trainer_patch_controls(model: str, patches: tuple = TRAINER_PATCHES) -> dict:
     "Per trainer patch: the configurations of `model` that pass with every patch and fail without it, with their causes."
     from moe_bench.backend.patches import with_required
@@ -448,7 +463,7 @@ def trainer_patch_controls(model: str, patches: tuple = TRAINER_PATCHES) -> dict
     return phase_record("backend_trainer_patches", "backend_trainer_patches", status, model_checked=model,
                         with_all={k: v["status"] for k, v in full.items()}, controls=out)  # fmt: skip
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #b7545993
+# %% ../../nbs/backend/10_trainer_phase.ipynb #d568b209
 def backend_parallel_batch(models: list[str], out_dir: str = "reports", say=print) -> dict[str, dict]:
     "Every type's record, saved under `out_dir/<model>/backend_parallel.json`."
     records, start = {}, time.perf_counter()

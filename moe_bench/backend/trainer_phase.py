@@ -178,7 +178,7 @@ SETUP_CAUSES = (  # what stops a configuration before or at the load
     ),
 )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #c09fa8a5
+# %% ../../nbs/backend/10_trainer_phase.ipynb #1466b12c
 BUILD_CAUSES = (  # what stops the model's build on a type's own structure (none has a backend patch yet)
     dict(
         pattern=r"DSA indexer is currently not supported",
@@ -187,9 +187,21 @@ BUILD_CAUSES = (  # what stops the model's build on a type's own structure (none
         fix="",
     ),
     dict(
-        pattern=r"'HFTransformerModel' object has no attribute 'rotary_emb'",
-        cause="the backend reads one model-level `rotary_emb`; this type keeps its rotary embeddings elsewhere (per "
-        "attention kind or per layer), so the build stops (model.py)",
+        pattern=r"'HFTransformerModel' object has no attribute '(rotary_emb|tok_embeddings|norm)'",
+        cause="the backend's model-level accessors (`tok_embeddings`, `norm`, `rotary_emb`) look for Llama's names "
+        "under `model.model`; this type keeps that part under another name or per layer (model.py)",
+        fix="",
+    ),
+    dict(
+        pattern=r"'NoneType' object has no attribute 'modules'.*_set_attention_sharding_configs",
+        cause="the sharding configs find no attention module in a layer (this type's attention under another name, or "
+        "a layer without one): hf_sharding.py _set_attention_sharding_configs",
+        fix="",
+    ),
+    dict(
+        pattern=r"'BlockMask' object has no attribute",
+        cause="the backend hands HF's attention flex attention's BlockMask, and this type's own attention code reads "
+        "it as a tensor mask",
         fix="",
     ),
     dict(
@@ -198,6 +210,10 @@ BUILD_CAUSES = (  # what stops the model's build on a type's own structure (none
         "copies a fixed set onto a heterogeneous config)",
         fix="",
     ),
+)
+
+# %% ../../nbs/backend/10_trainer_phase.ipynb #b25057bd
+BUILD_CAUSES += (  # the same, for what the backend sets or initialises on every model
     dict(
         pattern=r"does not support a settable experts implementation",
         cause="the backend sets every model's experts implementation (grouped_mm); this type's experts have none to "
@@ -229,14 +245,14 @@ BUILD_CAUSES = (  # what stops the model's build on a type's own structure (none
         fix="",
     ),
     dict(
-        pattern=r"Connection closed by peer",
-        cause="a peer rank died in this configuration (gloo: connection closed by peer): its own error is in the "
-        "launch's rank tails",
+        pattern=r"Connection closed by peer|Timed out|Application timeout caused pair closure",
+        cause="a peer rank died or stopped answering in this configuration (gloo: a closed connection, a timeout): its "
+        "own error is in the launch's rank tails",
         fix="",
     ),
 )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #38e4b764
+# %% ../../nbs/backend/10_trainer_phase.ipynb #ed7cd947
 CAUSES = (
     SETUP_CAUSES
     + (  # what stops it later, and what a record's figures show
@@ -289,7 +305,7 @@ CAUSES = (
     + BUILD_CAUSES
 )  # the specific rows first: a type's own structure last
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #8ad775d4
+# %% ../../nbs/backend/10_trainer_phase.ipynb #d96ef7cf
 def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
     "The root cause of a failed configuration record: the table's row that explains it (unless the patch that removes it was `applied`), else what was found."
     if conf.get("status") == "PASS":
@@ -322,7 +338,7 @@ def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
         return dict(cause=row["cause"] if row else found, fix=row["fix"] if row else "", found=found)
     return dict(cause="the loss differs from one process's", fix="")
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #5592612d
+# %% ../../nbs/backend/10_trainer_phase.ipynb #2998f219
 def launch_type(
     folder: str,
     confs: list[dict],
@@ -364,7 +380,7 @@ def launch_type(
     ]
     return dict(launch, configs=done + lost, patches=[p.name for p in patches] if patched else [])
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #31cb7de8
+# %% ../../nbs/backend/10_trainer_phase.ipynb #5743971a
 def shown_command(confs: list[dict]) -> str:
     "The workflow's command as this phase runs it, for a reader: the worker in front, torchtitan's arguments as written."
     return (
@@ -390,7 +406,7 @@ def rediagnosed(record: dict) -> dict:
         row["patched"]["root_cause"] = diagnose(row["patched"], applied)
     return record | dict(reason=patched_reason(record.get("configs", [])))
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #fad4167e
+# %% ../../nbs/backend/10_trainer_phase.ipynb #869844ae
 def backend_parallel_record(model: str, folder_info: dict, shipped: dict, patched: dict, confs: list[dict]) -> dict:
     "The type's record: each configuration as shipped and with the patches, the command, the launches' wall times."
     every = patched["configs"] + shipped["configs"]
@@ -438,7 +454,7 @@ def backend_parallel_phase(model: str, configs: tuple[str, ...] | None = None) -
         patched = launch_type(tmp, confs, patched=True)
     return backend_parallel_record(model, info, shipped, patched, confs)
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #186798f0
+# %% ../../nbs/backend/10_trainer_phase.ipynb #573ef346
 def trainer_patch_controls(model: str, patches: tuple = TRAINER_PATCHES) -> dict:
     "Per trainer patch: the configurations of `model` that pass with every patch and fail without it, with their causes."
     from moe_bench.backend.patches import with_required
@@ -463,7 +479,7 @@ def trainer_patch_controls(model: str, patches: tuple = TRAINER_PATCHES) -> dict
     return phase_record("backend_trainer_patches", "backend_trainer_patches", status, model_checked=model,
                         with_all={k: v["status"] for k, v in full.items()}, controls=out)  # fmt: skip
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #d568b209
+# %% ../../nbs/backend/10_trainer_phase.ipynb #ee06c5c4
 def backend_parallel_batch(models: list[str], out_dir: str = "reports", say=print) -> dict[str, dict]:
     "Every type's record, saved under `out_dir/<model>/backend_parallel.json`."
     records, start = {}, time.perf_counter()

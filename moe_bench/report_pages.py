@@ -151,7 +151,7 @@ def fmt(v) -> str:
         )
     return str(v)
 
-# %% ../nbs/05a_report_pages.ipynb #d3bb833c
+# %% ../nbs/05a_report_pages.ipynb #d116b9e0
 def _esc(v) -> str:
     return html.escape(fmt(v))
 
@@ -163,7 +163,7 @@ def _cell(v) -> str:
     if isinstance(v, dict) and v:
         return f"<td>{pairs_table(v)}</td>"
     if isinstance(v, list) and v and all(isinstance(x, str) for x in v) and any(len(x) > 60 for x in v):
-        return f"<td><pre>{html.escape(chr(10).join(v))}</pre></td>"  # lines of a log: one under the other
+        return f"<td><pre>{html.escape(chr(10).join(map(fmt, v)))}</pre></td>"  # a log's lines, one under the other
     text = fmt(v)
     return f"<td><pre>{html.escape(text)}</pre></td>" if "\n" in text else f"<td>{html.escape(text)}</td>"
 

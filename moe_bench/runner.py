@@ -53,7 +53,7 @@ from .training import training_phase
 __all__ = ['NBS_DIR', 'PHASES', 'PARTS', 'ORDER', 'TCP_NOTICE', 'KERNEL_ARGS', 'PATH_VARIABLES', 'PhasePart', 'phase_notebook',
            'parse_phases', 'declared_parameters', 'validate_parameters', 'run_notebook', 'stops_the_run', 'runs_3b',
            'run_model', 'summary_line', 'exit_code', 'checkpoint_identity', 'phase_inputs', 'current_record', 'dry_run',
-           'save_and_return', 'run_all', 'check_model', 'main', 'absolute_paths']
+           'save_and_return', 'run_all', 'check_model', 'main', 'folder_here', 'absolute_paths']
 
 # %% ../nbs/06_runner.ipynb #8884556e
 NBS_DIR = REPO_ROOT / "nbs"
@@ -227,7 +227,7 @@ KERNEL_ARGS = [
     )
 ]
 
-# %% ../nbs/06_runner.ipynb #f98944c4
+# %% ../nbs/06_runner.ipynb #aaaf2f17
 def run_notebook(
     model: str,
     name: str,
@@ -242,10 +242,9 @@ def run_notebook(
     folder.mkdir(parents=True, exist_ok=True)
     record_path, executed = folder / f"{name}.json", folder / f"{name}.ipynb"
     record_path.unlink(missing_ok=True)
-    user = lambda path: str(Path(path).expanduser().absolute()) if path and Path(path).expanduser().exists() else path  # noqa: E731
-    params = dict(model=user(model), out_dir=str(reports_root(out_dir)))  # absolute: the notebook runs in nbs/
+    params = dict(model=folder_here(model), out_dir=str(reports_root(out_dir)))  # absolute: the notebook runs in nbs/
     if "checkpoint" in declared_parameters(notebook):
-        params["checkpoint"] = user(checkpoint)
+        params["checkpoint"] = folder_here(checkpoint)
     validate_parameters(notebook, params)
     start = time.perf_counter()
     try:
@@ -647,8 +646,13 @@ def main(argv: list[str] | None = None) -> int:
     except LockedError as e:
         return _refused(e)
 
-# %% ../nbs/06_runner.ipynb #3227db6d
+# %% ../nbs/06_runner.ipynb #a9a517d8
 PATH_VARIABLES = ("MOE_BENCH_REPORTS", "MOE_BENCH_CHECKPOINTS")
+
+
+def folder_here(value: str) -> str:
+    "`value` absolute where it names a folder (or file) from here; as typed otherwise (a model type, a hub id)."
+    return str(Path(value).expanduser().absolute()) if value and Path(value).expanduser().exists() else value
 
 
 def absolute_paths(args, environ=os.environ):
@@ -660,6 +664,6 @@ def absolute_paths(args, environ=os.environ):
     if getattr(args, "out", ""):
         args.out = str(Path(args.out).expanduser().absolute())
     for option in ("checkpoint", "model"):
-        if (value := getattr(args, option, None)) and Path(value).expanduser().exists():
-            setattr(args, option, str(Path(value).expanduser().absolute()))
+        if getattr(args, option, None):
+            setattr(args, option, folder_here(getattr(args, option)))
     return args

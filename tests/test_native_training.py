@@ -1,15 +1,31 @@
 """Training parity of torchtitan's native model against HF (`moe_bench.native.training`) on the built-in checkpoints of
 the families the notebook does not run (it runs deepseek_v3): one test per family."""
 
+import json
+import subprocess
+import sys
+
 from moe_bench.gradients import STEPS
+
+# In a process of its own, as a user's run has it: in pytest's long-lived process, the flex attention torch.compile
+# builds for gpt-oss meets the shapes earlier tests compiled and is rebuilt with symbolic shapes, whose kernels round
+# otherwise (seen in CI: a step's verdict moved across HF_RELATIVE with the same first gradients).
+RUN = "import json, sys; from moe_bench.native.training import native_training; print(json.dumps(native_training(sys.argv[1])))"
+
+
+def _failing(rec: dict) -> dict:
+    "Every part of a training record that did not pass, with its worst tensor."
+    parts = {f"gradients {k}": g for k, g in rec["gradients"].items()} | {f"step {s['step']}": s for s in rec["steps"]}
+    out = {name: p.get("worst") or p for name, p in parts.items() if p["status"] != "PASS"}
+    return out | {m["name"]: "not caught" for m in rec["mutations"] if m["applies"] and not m["caught"]}
 
 
 def _check(model: str, applicable: int) -> dict:
     "The figures every family must give: the whole verdict passes (both dtypes, every step), float32 routes as HF, every mutation caught."
-    from moe_bench.native.training import native_training
-
-    rec = native_training(model)
-    assert rec["status"] == "PASS", {k: g["worst"] for k, g in rec["gradients"].items()}
+    proc = subprocess.run([sys.executable, "-c", RUN, model], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout.splitlines()[-1])
+    assert rec["status"] == "PASS", _failing(rec)
     assert rec["mutations_caught"] == f"{applicable}/{applicable}", rec["mutations"]
     assert rec["counts"]["tensors"] == rec["learned"]["learned_by_both"] and not rec["learned"]["differences"]
     assert len(rec["steps"]) == STEPS and all(r["titan_float32"] == 1.0 for r in rec["routing"])

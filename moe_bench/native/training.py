@@ -424,9 +424,15 @@ def excuse_near_ties(verdict: dict, flips: list[dict]) -> dict:
         flips=flips,
     )
 
-# %% ../../nbs/native/09_training.ipynb #90093da4
+# %% ../../nbs/native/09_training.ipynb #6526b663
 def _brief(j: dict) -> dict:
     return {k: j[k] for k in ("status", "worst", "failed")}
+
+
+def _training_status(gradients: dict, steps: list[dict], applied: list[dict]) -> str:
+    "The worst of the gradients, the steps and the mutations that apply (one not caught FAILs)."
+    caught = ("PASS" if m["caught"] else "FAIL" for m in applied)
+    return worst_status(*(g["status"] for g in gradients.values()), *(s["status"] for s in steps), *caught)
 
 
 def open_training(model: str, checkpoint: str) -> tuple:
@@ -448,7 +454,7 @@ def hf_runs(hf: nn.Module, ids_BL: torch.Tensor) -> tuple[list[str], SideRun, li
     hf16 = [hf_side(m, ids, BFLOAT16, 0) for m, ids in runs.values()]
     return list(runs), hf_side(hf, ids_BL, FLOAT64), hf32, hf16
 
-# %% ../../nbs/native/09_training.ipynb #0217c2ca
+# %% ../../nbs/native/09_training.ipynb #f3665e63
 @contextmanager
 def deterministic_kernels():
     "PyTorch's deterministic kernels while inside (a warning where an op has none); the previous setting after."
@@ -462,7 +468,7 @@ def deterministic_kernels():
     finally:
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
-# %% ../../nbs/native/09_training.ipynb #97468ee6
+# %% ../../nbs/native/09_training.ipynb #314e52bf
 @deterministic_kernels()
 def native_training(
     model: str,  # HF model type: qwen3_moe, deepseek_v3 or gpt_oss
@@ -492,14 +498,9 @@ def native_training(
     )
     steps, mutations = step_checks(t32, hf32, hf64), mutation_rows(titan, adapter, mask, ids_BL, hf32, hf64)
     applied = [m for m in mutations if m["applies"]]
-    status = worst_status(
-        *(g["status"] for g in gradients.values()),
-        *(s["status"] for s in steps),
-        *("PASS" if m["caught"] else "FAIL" for m in applied),
-    )
     return dict(
         model=model,
-        status=status,
+        status=_training_status(gradients, steps, applied),
         checkpoint=checkpoint_name(ckpt.folder),
         input=dict(
             shape=list(ids_BL.shape), source=f"seeded random tokens (seed {seed})", predicted=num_predicted(ids_BL)

@@ -33,7 +33,6 @@ requirements = [
 ]
 dev_requirements = [
     "pytest==9.2.0",
-    "pytest-xdist==3.8.0",  # the suite on both cores (pyproject.toml's addopts)
     "ruff==0.17.6",
     "selenium==4.40.0",  # drives /usr/bin/chromium
     # torchtitan's own pre-commit formatter and linter, which the backend patches must pass (moe_bench.backend.patches)

@@ -15,4 +15,3 @@ def reports_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf_cache"))  # a subprocess's Hugging Face cache: empty
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return root
-

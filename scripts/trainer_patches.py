@@ -18,6 +18,7 @@ ON = {
     "layer-idx-every-mlp": "granitemoeshared",
     "rope-init-keyword": "phimoe",
     "full-width-qk-norm": "olmoe",
+    "attention-own-states": "beam",
 }
 RECORD = Path("reports/backend_trainer_patches.json")
 

@@ -47,6 +47,7 @@ def test_parity_with_hf_and_with_one_process(launched, name):
     for step in c["steps"]:
         assert step["loss_ok"] and not step["params_failed"] and step["expert_bias_diff"] == 0, step
         assert step["params_compared"] >= 20  # every parameter, the experts and router included
+        assert step["worst"]["keys"] == "hf" and not step["worst"]["param"].startswith("model.model.")  # HF's keys
     assert c["escalated"] and c["cpu_adaptations"]
 
 

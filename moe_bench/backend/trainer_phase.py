@@ -213,7 +213,7 @@ BUILD_CAUSES = (  # what stops the model's build on a type's own structure (none
     ),
 )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #5a5c120b
+# %% ../../nbs/backend/10_trainer_phase.ipynb #f605503b
 BUILD_CAUSES += (  # the same, for what the backend sets or initialises on every model
     dict(
         pattern=r"does not support a settable experts implementation",
@@ -240,6 +240,12 @@ BUILD_CAUSES += (  # the same, for what the backend sets or initialises on every
         fix="22-layer-idx-every-mlp",
     ),
     dict(
+        pattern=r"Attention\.\w+ (\(buffer\) )?has no placement declared in sharding_config",
+        cause="the attention's sharding config declares no placement for a state kept on the attention module itself "
+        "(Beam's gate_bias, MiniMax's slope_rate), so distributing its states refuses at setup (hf_sharding.py)",
+        fix="25-attention-own-states",
+    ),
+    dict(
         pattern=r"has no placement declared in sharding_config|no recognized query projection|local_map is set but",
         cause="the sharding configs have no layout for one of this type's own modules (hf_sharding.py: a state without "
         "a placement, an attention without a known query projection, an embedding's local map)",
@@ -253,7 +259,7 @@ BUILD_CAUSES += (  # the same, for what the backend sets or initialises on every
     ),
 )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #1814b9cd
+# %% ../../nbs/backend/10_trainer_phase.ipynb #ee8d0177
 CAUSES = (
     SETUP_CAUSES
     + (  # what stops it later, and what a record's figures show
@@ -261,13 +267,19 @@ CAUSES = (
             pattern=r"sinks has no placement declared in sharding_config",
             cause="the attention's sharding config declares no placement for its sinks (gpt-oss), so distributing its "
             "states refuses at setup (hf_sharding.py)",
+            fix="25-attention-own-states",
+        ),
+        dict(
+            pattern=r"Attention sinks cannot be run on CPU with flex attention",
+            cause="not the backend's: transformers' flex attention refuses attention sinks on CPU (it cannot return the "
+            "log-sum-exp there; integrations/flex_attention.py), and the backend runs every attention through flex",
             fix="",
         ),
         dict(
             pattern=r"size of tensor b \(\d+\) at non-singleton dimension 2",
             cause="under TP a norm over every head's width (OLMoE's q_norm/k_norm) keeps its whole weight while q and k "
             "are head-sharded (hf_sharding.py's q_norm/k_norm layout is per head, Qwen3's)",
-            fix="",
+            fix="24-full-width-qk-norm",
         ),
         dict(
             pattern=r"Missing key in checkpoint state_dict: .*(routed_experts|router|expert_bias|experts)",

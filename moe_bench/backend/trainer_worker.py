@@ -29,8 +29,8 @@ from ..parallel_worker import ATOL, RTOL, RTOL_LOSS, SELF_MULTIPLE
 # %% auto #0
 __all__ = ['WORLD', 'SEQ_LEN', 'WORKFLOW_ARGS', 'STEPS', 'AC', 'HF_INIT', 'CONTROLS', 'settings', 'command_args', 'tp_degree',
            'configurations', 'clean', 'whole', 'Capture', 'capture_hooks', 'hf_model', 'token_loss', 'hf_parity',
-           'reference_model', 'load_reference', 'OneProcess', 'reference_step', 'gradient_rows', 'error_text',
-           'last_frame', 'train', 'global_batch', 'judge', 'run_configuration', 'main']
+           'reference_model', 'load_reference', 'OneProcess', 'reference_step', 'in_hf_keys', 'gradient_rows',
+           'error_text', 'last_frame', 'train', 'global_batch', 'judge', 'run_configuration', 'main']
 
 # %% ../../nbs/backend/09_trainer_worker.ipynb #aad2657d
 WORLD = 4
@@ -262,7 +262,7 @@ def hf_parity(folder: str, ids, labels, pos, logits, loss: float) -> dict:
         loss_tol=loss_tol,
     )
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #11cb9f3d
+# %% ../../nbs/backend/09_trainer_worker.ipynb #d9d363f8
 def reference_model(trainer) -> nn.Module:
     "One process of the run's backend model: its config built on meta, swapped with a world-1 `ParallelDims`, emptied and initialised as the trainer does."
     from torchtitan.experiments.transformers_modeling_backend.moe_replacement import build_and_swap_native_moe
@@ -299,7 +299,7 @@ class OneProcess(ParallelDims):
 def _balance(model: nn.Module) -> dict[str, torch.Tensor]:
     return {n: b.detach().clone() for n, b in model.named_buffers() if "expert_bias" in n}
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #f1e7ff54
+# %% ../../nbs/backend/09_trainer_worker.ipynb #0a8f6d09
 def reference_step(ref: nn.Module, trainer, ids, labels, pos, chunks: int) -> dict:
     "One process's loss, gradients and own re-association difference on the step's global batch; the bias after the load-balancing hook."
     from torchtitan.components.optimizer import register_moe_load_balancing_hook
@@ -326,20 +326,37 @@ def reference_step(ref: nn.Module, trainer, ids, labels, pos, chunks: int) -> di
     return dict(loss=loss, grads=grads, self_diff=self_diff, bias=_balance(ref))
 
 
-def gradient_rows(run: dict, ref: dict) -> dict[str, dict]:
-    "Phase 4's rule per gradient, in the backend model's names."
-    rows = {}
+def in_hf_keys(named: dict[str, torch.Tensor], adapter) -> dict[str, torch.Tensor] | None:
+    "`named` in HF's checkpoint keys through the run's own adapter (`to_hf`); None where it cannot map every element."
+    try:
+        out = adapter.to_hf(dict(named))
+    except Exception:
+        return None
+    return out if sum(v.numel() for v in out.values()) == sum(v.numel() for v in named.values()) else None
+
+
+def gradient_rows(run: dict, ref: dict, adapter=None) -> dict[str, dict]:
+    "Phase 4's rule per gradient (each element bound by its backend tensor's tolerance), named by HF's checkpoint keys"
+    " through the run's adapter where it maps them all, else by the backend model's."
+    rows, diff, tol = {}, {}, {}
     for k, g_ref in ref["grads"].items():
         g = run.get(k)
         if g is None or g.shape != g_ref.shape:
             rows[k] = dict(ok=False, error="no gradient in the run, or of another shape")
             continue
-        tol = max(RTOL * g_ref.abs().max().item() + ATOL, SELF_MULTIPLE * ref["self_diff"][k])
-        diff = (g.double() - g_ref.double()).abs().max().item()
-        rows[k] = dict(max_abs_diff=diff, tol=tol, ratio=diff / tol if tol else float("inf"), ok=diff <= tol)
+        bound = max(RTOL * g_ref.abs().max().item() + ATOL, SELF_MULTIPLE * ref["self_diff"][k])
+        diff[k], tol[k] = (g.double() - g_ref.double()).abs(), torch.full_like(g_ref, bound, dtype=torch.float64)
+    hf_diff, hf_tol = (in_hf_keys(diff, adapter), in_hf_keys(tol, adapter)) if adapter is not None else (None, None)
+    keys = "hf" if hf_diff is not None and hf_tol is not None and hf_diff.keys() == hf_tol.keys() else "backend"
+    if keys == "hf":
+        diff, tol = hf_diff, hf_tol
+    for k, d in diff.items():
+        ratio = (d / tol[k]).max().item() if d.numel() else 0.0
+        rows[k] = dict(max_abs_diff=d.max().item() if d.numel() else 0.0, tol=tol[k].max().item() if d.numel() else 0.0)
+        rows[k] |= dict(ratio=ratio, ok=bool((d <= tol[k]).all()), keys=keys)
     return rows
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #59a456b1
+# %% ../../nbs/backend/09_trainer_worker.ipynb #6b6ab4d7
 CONTROLS = {
     "sharding-config-left-out": "layer 0's attention output projection left without a sharding config (hf_sharding's "
     "_set_layer_sharding_configs wrapped in-process): the backstop must refuse it at setup",
@@ -395,7 +412,7 @@ def error_text(e: BaseException) -> str:
     message = " ".join(lines[:2] if lines and lines[0].endswith(":") else lines[:1])[:500]  # a heading's detail too
     return f"{type(e).__name__}: {message}"
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #7dd36378
+# %% ../../nbs/backend/09_trainer_worker.ipynb #d08b634e
 def last_frame(e: BaseException) -> str:
     frame = traceback.extract_tb(e.__traceback__)[-1]
     return f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno} in {frame.name}"
@@ -449,7 +466,7 @@ def train(base: list[str], conf: dict, control: str | None = None) -> tuple[obje
     trainer.close()
     return trainer, cap, ref
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #f3ddc20f
+# %% ../../nbs/backend/09_trainer_worker.ipynb #58259fd6
 def global_batch(cap: Capture, step: int) -> tuple:
     "Step `step`'s tokens, labels, positions and logits over every rank with its own data, in rank order."
     mine = list(cap.batches[step])
@@ -477,7 +494,7 @@ def global_batch(cap: Capture, step: int) -> tuple:
     chunks = sum(len(batch) for batch, _ in rows)
     return ids, labels, pos, logits, chunks
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #9a346171
+# %% ../../nbs/backend/09_trainer_worker.ipynb #e4f8e43a
 def judge(trainer, cap: Capture, ref: nn.Module) -> dict:
     "The run against HF's model (first step) and against one process (every step); the record's figures (rank 0's)."
     rank = dist.get_rank()
@@ -507,7 +524,7 @@ def judge(trainer, cap: Capture, ref: nn.Module) -> dict:
             with torch.no_grad():
                 out["logits_vs_reference"] = (ref(ids, positions=pos).float() - logits).abs().max().item()
         r = reference_step(ref, trainer, ids, labels, pos, chunks)
-        rows = gradient_rows(cap.steps[s]["grads"], r)
+        rows = gradient_rows(cap.steps[s]["grads"], r, trainer.checkpointer.sd_adapter)
         failed = sorted(k for k, row in rows.items() if not row["ok"])
         loss = out["losses"][s]
         loss_ok = loss is not None and abs(loss - r["loss"]) <= RTOL_LOSS * abs(r["loss"])
@@ -527,7 +544,7 @@ def judge(trainer, cap: Capture, ref: nn.Module) -> dict:
         out["status"] = "PASS" if ok and not out["loaded_differs"] else "FAIL"
     return out
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #72ee88a6
+# %% ../../nbs/backend/09_trainer_worker.ipynb #e32c8f7b
 def run_configuration(base: list[str], conf: dict, control: str | None = None) -> dict:
     "One configuration's record (every rank computes its part; rank 0's is the record)."
     start = time.perf_counter()

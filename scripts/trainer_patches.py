@@ -19,6 +19,7 @@ ON = {
     "rope-init-keyword": "phimoe",
     "full-width-qk-norm": "olmoe",
     "attention-own-states": "beam",
+    "tied-head-alone": "lfm2_moe",
 }
 RECORD = Path("reports/backend_trainer_patches.json")
 

@@ -242,7 +242,7 @@ def uninstall() -> None:
         setattr(obj, name, value)
     INSTALLED.clear()
 
-# %% ../../nbs/backend/08_trainer_cpu.ipynb #9d8a7596
+# %% ../../nbs/backend/08_trainer_cpu.ipynb #c1bef7bd
 def _shard_axis(model: nn.Module, fqn: str, pd) -> tuple[str, object] | None:
     "The EP or TP axis parameter `fqn` is sharded on (its placement), or None."
     from spmd_types._dtensor import spmd_type_to_dtensor_placement
@@ -265,19 +265,27 @@ def shard_views(trainer) -> int:
             sharded[fqn.replace("_checkpoint_wrapped_module.", "")] = (p, *found)
     if not sharded or len(trainer.model_parts) != 1:
         return 0
-    dcp_load, adapter = ck.dcp_load, ck.sd_adapter
+    dcp_load, adapter, aliases, names = ck.dcp_load, ck.sd_adapter, {}, {}
+    for fqn, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(fqn.replace("_checkpoint_wrapped_module.", ""))
 
     def load(state_dict, *args, **kwargs):
         views = {}
         for key, (p, axis, placement) in sharded.items():
             if key in state_dict:
+                tied = [k for k in names[id(p)] if k != key and k in state_dict]  # a tied lm_head: the same parameter
                 slab = p.full_tensor() if isinstance(p, DTensor) else p.detach().clone()
                 state_dict[key] = DTensor.from_local(slab, pd.get_mesh(axis), [placement], run_check=False)
                 views[key] = (p, state_dict[key])
+                for k in tied:
+                    state_dict[k] = state_dict[key]
+                    aliases[k] = key
         from_hf = adapter.from_hf
 
         def from_hf_put_back(hf_state_dict):
             out = from_hf(hf_state_dict)
+            for k in aliases:  # put back once, through the parameter they share
+                out.pop(k, None)
             for key, (p, view) in views.items():
                 value = out.pop(key)
                 whole = value.full_tensor() if isinstance(value, DTensor) else value

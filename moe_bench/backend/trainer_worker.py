@@ -181,7 +181,7 @@ class Capture:
         named = {n: p.grad for part in self.trainer.model_parts for n, p in part.named_parameters()}
         return self._merged({n: g for n, g in named.items() if g is not None})
 
-# %% ../../nbs/backend/09_trainer_worker.ipynb #34f75d08
+# %% ../../nbs/backend/09_trainer_worker.ipynb #fc4fdef4
 def capture_hooks(cap: Capture) -> None:
     "Wrap the trainer instance's batch post-processing, train step, loss log and checkpoint load; hook each lm_head."
     t = cap.trainer
@@ -213,10 +213,10 @@ def capture_hooks(cap: Capture) -> None:
 
     t.post_dataloading_process, t.train_step = post_capture, step_capture
     t.metrics_processor.log, t.checkpointer.load = log_capture, load_capture
-    for part in t.model_parts:
+    for part in t.model_parts:  # the part's own output: what the causal LM does after lm_head (Cohere's logit_scale)
         head = getattr(part, "lm_head", None)
         if isinstance(head, nn.Module) and not isinstance(head, nn.Identity):
-            head.register_forward_hook(lambda m, i, o: cap.logits[-1].append(cap._vocab_whole(o)))
+            part.register_forward_hook(lambda m, i, o: cap.logits[-1].append(cap._vocab_whole(o)))
 
 # %% ../../nbs/backend/09_trainer_worker.ipynb #3dbd4e01
 HF_INIT = (PreTrainedModel._init_weights, PreTrainedModel._initialize_weights)  # before any backend model is built

@@ -209,7 +209,7 @@ def backend_section(records: dict[str, dict[str, dict]], patches_record: dict | 
         lines += arch_entry(m, r)
     return lines + _backend_core_changes(recs) + [""]
 
-# %% ../nbs/05c_doc_backend.ipynb #5ef4b67b
+# %% ../nbs/05c_doc_backend.ipynb #9931537a
 TRAINER_CONFIGS = ("FSDP", "FSDP+EP", "FSDP+TP+EP", "TP", "PP")
 
 
@@ -236,7 +236,7 @@ def launch_lacks(rec: dict) -> list[str]:
     had = set(rec.get("launches", {}).get("with_patches", {}).get("patches", ()))
     return [p.path.stem for p in ALL_PATCHES if p.name not in had] if had else []
 
-
+# %% ../nbs/05c_doc_backend.ipynb #a3ae0fca
 def backend_parallel_section(records: dict[str, dict[str, dict]]) -> list[str]:
     "The trainer phase's section: the command, the root causes as shipped, what fails with the patches, the patches."
     recs = {m: r["backend_parallel"] for m, r in records.items() if "backend_parallel" in r}

@@ -242,7 +242,7 @@ def uninstall() -> None:
         setattr(obj, name, value)
     INSTALLED.clear()
 
-# %% ../../nbs/backend/08_trainer_cpu.ipynb #c1bef7bd
+# %% ../../nbs/backend/08_trainer_cpu.ipynb #07a26cec
 def _shard_axis(model: nn.Module, fqn: str, pd) -> tuple[str, object] | None:
     "The EP or TP axis parameter `fqn` is sharded on (its placement), or None."
     from spmd_types._dtensor import spmd_type_to_dtensor_placement
@@ -255,7 +255,7 @@ def _shard_axis(model: nn.Module, fqn: str, pd) -> tuple[str, object] | None:
                 return axis, placement
     return None
 
-
+# %% ../../nbs/backend/08_trainer_cpu.ipynb #06f16343
 def shard_views(trainer) -> int:
     "Give torchtitan's checkpointer each EP/TP-sharded parameter as a DTensor over its EP/TP mesh; put what it reads back. How many."
     pd, model, ck = trainer.parallel_dims, trainer.model_parts[0], trainer.checkpointer
@@ -304,7 +304,7 @@ def shard_views(trainer) -> int:
     ck.dcp_load = load
     return len(sharded)
 
-# %% ../../nbs/backend/08_trainer_cpu.ipynb #0fb59387
+# %% ../../nbs/backend/08_trainer_cpu.ipynb #8e522c7b
 def _put_back(p: torch.Tensor, slab: torch.Tensor) -> None:
     "Copy an EP/TP slab into parameter `p`, into its FSDP shard where it is one."
     with torch.no_grad():

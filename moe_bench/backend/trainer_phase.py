@@ -26,8 +26,8 @@ from ..moe_probe import probe_moe_block
 from ..parallel_worker import parallel_test_config
 
 # %% auto #0
-__all__ = ['LAUNCH_START_S', 'LAUNCH_PER_CONFIG_S', 'SETUP_CAUSES', 'BUILD_CAUSES', 'CAUSES', 'write_folder', 'rank_tails',
-           'descendants', 'run_launch', 'diagnose', 'launch_type', 'shown_command', 'patched_reason',
+__all__ = ['LAUNCH_START_S', 'LAUNCH_PER_CONFIG_S', 'SETUP_CAUSES', 'BUILD_CAUSES', 'LATER_CAUSES', 'CAUSES', 'write_folder',
+           'rank_tails', 'descendants', 'run_launch', 'diagnose', 'launch_type', 'shown_command', 'patched_reason',
            'with_backend_phase', 'rediagnosed', 'backend_parallel_record', 'backend_parallel_phase', 'trainer_inputs',
            'trainer_patch_controls', 'backend_parallel_batch']
 
@@ -259,88 +259,89 @@ BUILD_CAUSES += (  # the same, for what the backend sets or initialises on every
     ),
 )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #23ce96a9
-CAUSES = (
-    SETUP_CAUSES
-    + (  # what stops it later, and what a record's figures show
-        dict(
-            pattern=r"sinks has no placement declared in sharding_config",
-            cause="the attention's sharding config declares no placement for its sinks (gpt-oss), so distributing its "
-            "states refuses at setup (hf_sharding.py)",
-            fix="25-attention-own-states",
-        ),
-        dict(
-            pattern=r"Attention sinks cannot be run on CPU with flex attention",
-            cause="not the backend's: transformers' flex attention refuses attention sinks on CPU (it cannot return the "
-            "log-sum-exp there; integrations/flex_attention.py), and the backend runs every attention through flex",
-            fix="",
-        ),
-        dict(
-            pattern=r"size of tensor b \(\d+\) at non-singleton dimension 2",
-            cause="under TP a norm over every head's width (OLMoE's q_norm/k_norm) keeps its whole weight while q and k "
-            "are head-sharded (hf_sharding.py's q_norm/k_norm layout is per head, Qwen3's)",
-            fix="24-full-width-qk-norm",
-        ),
-        dict(
-            pattern=r"Missing key in checkpoint state_dict: .*(routed_experts|router|expert_bias|experts)",
-            cause="the adapter's to_hf leaves the swapped Titan MoE under Titan's names, which no HF checkpoint has "
-            "(state_dict_adapter.py)",
-            fix="16-checkpoint-layout",
-        ),
-        dict(
-            pattern=r"Loss is not finite",
-            cause="to_empty re-empties what init_states does not initialise again (the swapped MoE, the rotary inv_freq)",
-            fix="15-init-after-to-empty",
-        ),
-        dict(
-            pattern=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\) at non-singleton dimension 1",
-            cause="under TP with sequence parallelism the swapped MoE's renamed input skips the all-gather "
-            "(moe_replacement.py _HFContiguousMoE.forward)",
-            fix="17-moe-input-name",
-        ),
-        dict(
-            pattern=r"Unsharded modules with no _sharding_config: \[[^\]]*(linear_attn|conv1d|mamba|forget_gate)",
-            cause="under TP the sharding configs have no layout for a linear-attention or state-space mixer (its "
-            "projections, convolution and gates; the backstop's message, hf_sharding.py): a layout per mixer is a "
-            "design of its own, not written",
-            fix="",
-        ),
-        dict(
-            pattern=r"Unsharded modules with no _sharding_config: \[[^\]]*shared_mlp\.input_linear",
-            cause="under TP granite's shared MLP keeps gate and up fused in one `input_linear` (2I x H): sharding it "
-            "by columns whole gives a rank gate rows or up rows, not its share of both (the backstop's message, "
-            "hf_sharding.py); not written: a chunk-aware layout, or replication, which the workflow counts as "
-            "redundant compute",
-            fix="",
-        ),
-        dict(
-            pattern=r"Unsharded modules with no _sharding_config",
-            cause="a module left without a sharding config: the backstop's message (hf_sharding.py)",
-            fix="21-tp-layouts-by-role",
-        ),
-        dict(
-            pattern=r"expert bias .* differs at step 1 .*PP",
-            cause="torch's pipelining runs each stage's forward once in step 1 to infer its metadata, and the MoE counts "
-            "those tokens: the first load-balancing update moves the expert bias by them (pipeline.py)",
-            fix="18-pipeline-inference-counts",
-        ),
-        dict(
-            pattern=r"a wrong gradient at step \d+: [^(]*embed_tokens[^(]*\(PP\)$",
-            cause="under PP a tied embedding lives on two stages, untied: the embedding's gradient misses the head's "
-            "share (model.py ties only where both sit on one device, its TODO); not written: summing the tied "
-            "gradient between the first and last stage",
-            fix="",
-        ),
-        dict(
-            pattern=r"mixed torch.Tensor and DTensor",
-            cause="a DTensor mixed with a plain tensor: a state the sharding plan left plain",
-            fix="",
-        ),
-    )
-    + BUILD_CAUSES
-)  # the specific rows first: a type's own structure last
+# %% ../../nbs/backend/10_trainer_phase.ipynb #33ced655
+LATER_CAUSES = (  # what stops it later, and what a record's figures show
+    dict(
+        pattern=r"sinks has no placement declared in sharding_config",
+        cause="the attention's sharding config declares no placement for its sinks (gpt-oss), so distributing its "
+        "states refuses at setup (hf_sharding.py)",
+        fix="25-attention-own-states",
+    ),
+    dict(
+        pattern=r"Attention sinks cannot be run on CPU with flex attention",
+        cause="not the backend's: transformers' flex attention refuses attention sinks on CPU (it cannot return the "
+        "log-sum-exp there; integrations/flex_attention.py), and the backend runs every attention through flex",
+        fix="",
+    ),
+    dict(
+        pattern=r"size of tensor b \(\d+\) at non-singleton dimension 2",
+        cause="under TP a norm over every head's width (OLMoE's q_norm/k_norm) keeps its whole weight while q and k "
+        "are head-sharded (hf_sharding.py's q_norm/k_norm layout is per head, Qwen3's)",
+        fix="24-full-width-qk-norm",
+    ),
+    dict(
+        pattern=r"Missing key in checkpoint state_dict: .*(routed_experts|router|expert_bias|experts)",
+        cause="the adapter's to_hf leaves the swapped Titan MoE under Titan's names, which no HF checkpoint has "
+        "(state_dict_adapter.py)",
+        fix="16-checkpoint-layout",
+    ),
+    dict(
+        pattern=r"Loss is not finite",
+        cause="to_empty re-empties what init_states does not initialise again (the swapped MoE, the rotary inv_freq)",
+        fix="15-init-after-to-empty",
+    ),
+    dict(
+        pattern=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\) at non-singleton dimension 1",
+        cause="under TP with sequence parallelism the swapped MoE's renamed input skips the all-gather "
+        "(moe_replacement.py _HFContiguousMoE.forward)",
+        fix="17-moe-input-name",
+    ),
+)
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #ec8849b6
+# %% ../../nbs/backend/10_trainer_phase.ipynb #fd2bf473
+LATER_CAUSES += (
+    dict(
+        pattern=r"Unsharded modules with no _sharding_config: \[[^\]]*(linear_attn|conv1d|mamba|forget_gate)",
+        cause="under TP the sharding configs have no layout for a linear-attention or state-space mixer (its "
+        "projections, convolution and gates; the backstop's message, hf_sharding.py): a layout per mixer is a "
+        "design of its own, not written",
+        fix="",
+    ),
+    dict(
+        pattern=r"Unsharded modules with no _sharding_config: \[[^\]]*shared_mlp\.input_linear",
+        cause="under TP granite's shared MLP keeps gate and up fused in one `input_linear` (2I x H): sharding it "
+        "by columns whole gives a rank gate rows or up rows, not its share of both (the backstop's message, "
+        "hf_sharding.py); not written: a chunk-aware layout, or replication, which the workflow counts as "
+        "redundant compute",
+        fix="",
+    ),
+    dict(
+        pattern=r"Unsharded modules with no _sharding_config",
+        cause="a module left without a sharding config: the backstop's message (hf_sharding.py)",
+        fix="21-tp-layouts-by-role",
+    ),
+    dict(
+        pattern=r"expert bias .* differs at step 1 .*PP",
+        cause="torch's pipelining runs each stage's forward once in step 1 to infer its metadata, and the MoE counts "
+        "those tokens: the first load-balancing update moves the expert bias by them (pipeline.py)",
+        fix="18-pipeline-inference-counts",
+    ),
+    dict(
+        pattern=r"a wrong gradient at step \d+: [^(]*embed_tokens[^(]*\(PP\)$",
+        cause="under PP a tied embedding lives on two stages, untied: the embedding's gradient misses the head's "
+        "share (model.py ties only where both sit on one device, its TODO); not written: summing the tied "
+        "gradient between the first and last stage",
+        fix="",
+    ),
+    dict(
+        pattern=r"mixed torch.Tensor and DTensor",
+        cause="a DTensor mixed with a plain tensor: a state the sharding plan left plain",
+        fix="",
+    ),
+)
+CAUSES = SETUP_CAUSES + LATER_CAUSES + BUILD_CAUSES  # the specific rows first: a type's own structure last
+
+# %% ../../nbs/backend/10_trainer_phase.ipynb #c04cccff
 def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
     "The root cause of a failed configuration record: the table's row that explains it (unless the patch that removes it was `applied`), else what was found."
     if conf.get("status") == "PASS":
@@ -378,7 +379,7 @@ def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
         return dict(cause=row["cause"] if row else found, fix=row["fix"] if row else "", found=found)
     return dict(cause="the loss differs from one process's", fix="")
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #2998f219
+# %% ../../nbs/backend/10_trainer_phase.ipynb #c8db1db9
 def launch_type(
     folder: str,
     confs: list[dict],
@@ -420,7 +421,7 @@ def launch_type(
     ]
     return dict(launch, configs=done + lost, patches=[p.name for p in patches] if patched else [])
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #40e509a4
+# %% ../../nbs/backend/10_trainer_phase.ipynb #6a838486
 def shown_command(confs: list[dict]) -> str:
     "The workflow's command as this phase runs it, for a reader: the worker in front, torchtitan's arguments as written."
     return (
@@ -460,7 +461,7 @@ def rediagnosed(record: dict, out_dir: str = "") -> dict:
         )
     return record | dict(reason=patched_reason(record.get("configs", [])))
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #4144d3b0
+# %% ../../nbs/backend/10_trainer_phase.ipynb #2d2d17bd
 def backend_parallel_record(model: str, folder_info: dict, shipped: dict, patched: dict, confs: list[dict]) -> dict:
     "The type's record: each configuration as shipped and with the patches, the command, the launches' wall times."
     every = patched["configs"] + shipped["configs"]
@@ -514,7 +515,7 @@ def trainer_inputs() -> dict:
     "What every trainer record is computed from beside the model and the code: the installed backend, every patch file."
     return dict(backend=folder_digest(installed_backend()), patches={p.name: p.sha256 for p in ALL_PATCHES})
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #0fa0d61c
+# %% ../../nbs/backend/10_trainer_phase.ipynb #fbcf7626
 def _moves_on(without: dict, with_all: dict, patch) -> bool:
     "Whether `patch` moves a configuration past its own cause: without it, the cause it names; with it, another."
     cause = (without.get("root_cause") or {}).get("cause") or ""
@@ -547,7 +548,7 @@ def trainer_patch_controls(model: str, patches: tuple = TRAINER_PATCHES) -> dict
     return phase_record("backend_trainer_patches", "backend_trainer_patches", status, model_checked=model,
                         with_all={k: v["status"] for k, v in full.items()}, controls=out)  # fmt: skip
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #ee06c5c4
+# %% ../../nbs/backend/10_trainer_phase.ipynb #1bd91a93
 def backend_parallel_batch(models: list[str], out_dir: str = "reports", say=print) -> dict[str, dict]:
     "Every type's record, saved under `out_dir/<model>/backend_parallel.json`."
     records, start = {}, time.perf_counter()

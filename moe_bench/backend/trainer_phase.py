@@ -213,7 +213,7 @@ BUILD_CAUSES = (  # what stops the model's build on a type's own structure (none
     ),
 )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #f605503b
+# %% ../../nbs/backend/10_trainer_phase.ipynb #74d3a414
 BUILD_CAUSES += (  # the same, for what the backend sets or initialises on every model
     dict(
         pattern=r"does not support a settable experts implementation",
@@ -252,6 +252,12 @@ BUILD_CAUSES += (  # the same, for what the backend sets or initialises on every
         fix="",
     ),
     dict(
+        pattern=r"Operator aten\.fill_\.Tensor does not have a sharding strategy registered",
+        cause="while building, HF's own init fills a parameter torchtitan has already made a DTensor with a tensor "
+        "value (hy_v4's), and DTensor has no sharding rule for that fill (aten.fill_.Tensor)",
+        fix="",
+    ),
+    dict(
         pattern=r"Connection closed by peer|Timed out|Application timeout caused pair closure",
         cause="a peer rank died or stopped answering in this configuration (gloo: a closed connection, a timeout): its "
         "own error is in the launch's rank tails",
@@ -259,7 +265,7 @@ BUILD_CAUSES += (  # the same, for what the backend sets or initialises on every
     ),
 )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #33ced655
+# %% ../../nbs/backend/10_trainer_phase.ipynb #e6980584
 LATER_CAUSES = (  # what stops it later, and what a record's figures show
     dict(
         pattern=r"sinks has no placement declared in sharding_config",
@@ -298,7 +304,7 @@ LATER_CAUSES = (  # what stops it later, and what a record's figures show
     ),
 )
 
-# %% ../../nbs/backend/10_trainer_phase.ipynb #fd2bf473
+# %% ../../nbs/backend/10_trainer_phase.ipynb #b304baad
 LATER_CAUSES += (
     dict(
         pattern=r"Unsharded modules with no _sharding_config: \[[^\]]*(linear_attn|conv1d|mamba|forget_gate)",

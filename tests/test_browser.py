@@ -267,6 +267,7 @@ def _run_all_cells(d, tmp_path):
         raise AssertionError(f"{e}; prompts: {_code_prompts(d)}") from e
 
 
+@pytest.mark.slow  # 31 s; test_reports_open_offline keeps the browser in CI: CI holds to 30 minutes
 def test_gap_analysis_notebook_runs_in_jupyterlab(browser, lab, tmp_path):
     d = browser
     network_events(d)

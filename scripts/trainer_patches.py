@@ -20,6 +20,8 @@ ON = {
     "full-width-qk-norm": "olmoe",
     "attention-own-states": "beam",
     "tied-head-alone": "lfm2_moe",
+    "stage-hidden-states": "cohere2_moe",
+    "tied-gradient-across-stages": "cohere2_moe",
 }
 RECORD = Path("reports/backend_trainer_patches.json")
 

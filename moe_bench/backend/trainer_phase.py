@@ -335,9 +335,8 @@ LATER_CAUSES += (
     dict(
         pattern=r"a wrong gradient at step \d+: [^(]*embed_tokens[^(]*\(PP\)$",
         cause="under PP a tied embedding lives on two stages, untied: the embedding's gradient misses the head's "
-        "share (model.py ties only where both sit on one device, its TODO); not written: summing the tied "
-        "gradient between the first and last stage",
-        fix="",
+        "share (model.py ties only where both sit on one device, its TODO)",
+        fix="28-tied-gradient-across-stages",
     ),
     dict(
         pattern=r"mixed torch.Tensor and DTensor",

@@ -22,6 +22,7 @@ ON = {
     "tied-head-alone": "lfm2_moe",
     "stage-hidden-states": "cohere2_moe",
     "tied-gradient-across-stages": "cohere2_moe",
+    "dense-mask-any-stage": "deepseek_v32",
 }
 RECORD = Path("reports/backend_trainer_patches.json")
 

@@ -26,10 +26,10 @@ from ..moe_probe import probe_moe_block
 from ..parallel_worker import parallel_test_config
 
 # %% auto #0
-__all__ = ['LAUNCH_START_S', 'LAUNCH_PER_CONFIG_S', 'SETUP_CAUSES', 'BUILD_CAUSES', 'LATER_CAUSES', 'CAUSES', 'write_folder',
-           'rank_tails', 'descendants', 'run_launch', 'diagnose', 'launch_type', 'shown_command', 'patched_reason',
-           'with_backend_phase', 'rediagnosed', 'backend_parallel_record', 'backend_parallel_phase', 'trainer_inputs',
-           'trainer_patch_controls', 'backend_parallel_batch']
+__all__ = ['LAUNCH_START_S', 'LAUNCH_PER_CONFIG_S', 'SETUP_CAUSES', 'BUILD_CAUSES', 'LATER_CAUSES', 'CAUSES', 'PEER_DIED',
+           'write_folder', 'rank_tails', 'descendants', 'run_launch', 'diagnose', 'with_rank_errors', 'launch_type',
+           'shown_command', 'patched_reason', 'with_backend_phase', 'rediagnosed', 'backend_parallel_record',
+           'backend_parallel_phase', 'trainer_inputs', 'trainer_patch_controls', 'backend_parallel_batch']
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #8aca4147
 def write_folder(model: str, folder: str | Path, seed: int = 0) -> dict:
@@ -339,6 +339,12 @@ LATER_CAUSES += (
         fix="28-tied-gradient-across-stages",
     ),
     dict(
+        pattern=r"Identity' object has no attribute 'weight'",
+        cause="under PP a later stage builds the dense DSA mask with the dtype of its embedding, which is an Identity "
+        "there (model.py _build_dense_attention_mask)",
+        fix="29-dense-mask-any-stage",
+    ),
+    dict(
         pattern=r"mixed torch.Tensor and DTensor",
         cause="a DTensor mixed with a plain tensor: a state the sharding plan left plain",
         fix="",
@@ -384,6 +390,27 @@ def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
         return dict(cause=row["cause"] if row else found, fix=row["fix"] if row else "", found=found)
     return dict(cause="the loss differs from one process's", fix="")
 
+# %% ../../nbs/backend/10_trainer_phase.ipynb #a2e9cf62
+PEER_DIED = re.compile(r"Connection closed by peer|Timed out|Application timeout caused pair closure")
+
+
+def with_rank_errors(conf: dict, tmp: Path) -> dict:
+    "`conf` (rank 0's record) with every other rank's error from `tmp`; where rank 0 saw only a peer die, the first error that is a rank's own."
+    errors = {}
+    for path in sorted(Path(tmp).glob("out.jsonl.rank*")):
+        for line in path.read_text().splitlines():
+            if (rec := json.loads(line))["name"] == conf["name"]:
+                errors[int(path.name.rsplit("rank", 1)[1])] = rec
+    if not errors:
+        return conf
+    conf["rank_errors"] = {r: rec["error"] for r, rec in sorted(errors.items())}
+    own = [(r, rec) for r, rec in sorted(errors.items()) if not PEER_DIED.search(rec["error"])]
+    if own and PEER_DIED.search(conf.get("error", "")):
+        r, rec = own[0]
+        conf |= dict(rank0_error=conf["error"], error=f"rank {r}: {rec['error']}", raised_at=rec["raised_at"],
+                     stage=rec["stage"])  # fmt: skip
+    return conf
+
 # %% ../../nbs/backend/10_trainer_phase.ipynb #c8db1db9
 def launch_type(
     folder: str,
@@ -407,9 +434,12 @@ def launch_type(
         if launch["exit_code"] and not launch["timed_out"] and ABORTED.search(launch["output_tail"]):
             # gloo aborts a whole process when a connection fails in its listener thread (pytorch/gloo#514): once more
             first = launch["output_tail"][-1200:]
-            out.unlink(missing_ok=True)
+            for path in [out, *Path(tmp).glob("out.jsonl.rank*")]:
+                path.unlink(missing_ok=True)
             launch = run_launch(args, bound) | dict(relaunched_after_abort=first)
-        done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+        done = (
+            [with_rank_errors(json.loads(line), tmp) for line in out.read_text().splitlines()] if out.exists() else []
+        )
     for c in done:
         c["root_cause"] = diagnose(c, tuple(p.path.stem for p in patches) if patched else ())
     how = (

@@ -9,6 +9,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -414,8 +415,10 @@ def error_text(e: BaseException) -> str:
 
 # %% ../../nbs/backend/09_trainer_worker.ipynb #d08b634e
 def last_frame(e: BaseException) -> str:
-    frame = traceback.extract_tb(e.__traceback__)[-1]
-    return f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno} in {frame.name}"
+    "Where `e` was raised: the innermost frame outside torch itself (a module's `__getattr__`, a collective, say little), from torchtitan's root for the patched copy."
+    frames = traceback.extract_tb(e.__traceback__)
+    frame = next((f for f in reversed(frames) if "/torch/" not in f.filename), frames[-1])
+    return f"{re.sub(r'^.*?/(site-packages|copy)/', '', frame.filename)}:{frame.lineno} in {frame.name}"
 
 
 def train(base: list[str], conf: dict, control: str | None = None) -> tuple[object, Capture, nn.Module]:
@@ -586,9 +589,13 @@ def main(argv: list[str] | None = None) -> int:
         for conf in json.loads(Path(args.configs).read_text()):
             record = run_configuration(base, conf, conf.get("control") or args.control)
             record |= dict(escalated=[e["name"] for e in ESCALATED] if args.escalate else [])
-            if int(os.environ.get("RANK", "0")) == 0:
+            rank = int(os.environ.get("RANK", "0"))
+            if rank == 0:
                 with open(args.out, "a") as f:
                     f.write(json.dumps(record | dict(cpu_adaptations=adaptations), default=str) + "\n")
+            elif "error" in record:  # its own error, beside rank 0's record: rank 0 may have seen only a peer die
+                with open(f"{args.out}.rank{rank}", "a") as f:
+                    f.write(json.dumps({k: record[k] for k in ("name", "stage", "error", "raised_at")}) + "\n")
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0

@@ -339,6 +339,13 @@ LATER_CAUSES += (
         fix="28-tied-gradient-across-stages",
     ),
     dict(
+        pattern=r"HF's own float32 error on the same tokens \(PP\)$",
+        cause="under PP a stage without the LM head ran the causal LM's forward (decoder-structure sends the logits "
+        "through it), which applies what the LM does to its logits (Cohere's logit_scale) to the hidden states the "
+        "stage hands on (model.py)",
+        fix="27-stage-hidden-states",
+    ),
+    dict(
         pattern=r"Identity' object has no attribute 'weight'",
         cause="under PP a later stage builds the dense DSA mask with the dtype of its embedding, which is an Identity "
         "there (model.py _build_dense_attention_mask)",
@@ -371,10 +378,11 @@ def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
     if conf.get("loaded_differs"):
         return dict(cause=f"the weights loaded differ from one process's load: {conf['loaded_differs'][:4]}", fix="")
     if hf.get("status") != "PASS":
-        return dict(
-            cause=f"logits {hf.get('logits_ratio', float('nan')):.3g}x HF's own float32 error on the same tokens",
-            fix="",
-        )
+        found = f"logits {hf.get('logits_ratio', float('nan')):.3g}x HF's own float32 error on the same tokens"
+        row = next((c for c in CAUSES if re.search(c["pattern"], f"{found} ({conf.get('name')})")), None)
+        if row is not None and row["fix"] in applied:  # the known cause is removed: this one is not explained
+            return dict(cause=f"{found} ({conf.get('name')}), with {row['fix']} applied: not explained", fix="")
+        return dict(cause=row["cause"], fix=row["fix"], found=found) if row else dict(cause=found, fix="")
     wrong = [(s["step"], s["params_failed"]) for s in steps if s["params_failed"]]
     if wrong:
         step, params = wrong[0]

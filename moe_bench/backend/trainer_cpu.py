@@ -134,7 +134,9 @@ def all_to_all_via_single(output_tensor_list, input_tensor_list, group=None, asy
     if async_op or dist.get_backend(group) != "gloo":
         return _original(output_tensor_list, input_tensor_list, group=group, async_op=async_op)
     rows = [o.shape[0] for o in output_tensor_list]
-    flat = torch.cat([t.reshape(t.shape[0], -1) for t in input_tensor_list])
+    # the width by name: a chunk this rank sends no token in has 0 rows, where -1 has no size
+    width = math.prod(input_tensor_list[0].shape[1:])
+    flat = torch.cat([t.reshape(t.shape[0], width) for t in input_tensor_list])
     out = flat.new_empty((sum(rows), *flat.shape[1:]))
     dist.all_to_all_single(out, flat, rows, [t.shape[0] for t in input_tensor_list], group=group)
     for o, piece in zip(output_tensor_list, out.split(rows), strict=True):

@@ -23,6 +23,7 @@ ON = {
     "stage-hidden-states": "cohere2_moe",
     "tied-gradient-across-stages": "cohere2_moe",
     "dense-mask-any-stage": "deepseek_v32",
+    "stage-layer-types": "minimax",
 }
 RECORD = Path("reports/backend_trainer_patches.json")
 

@@ -26,10 +26,11 @@ from ..moe_probe import probe_moe_block
 from ..parallel_worker import parallel_test_config
 
 # %% auto #0
-__all__ = ['LAUNCH_START_S', 'LAUNCH_PER_CONFIG_S', 'SETUP_CAUSES', 'BUILD_CAUSES', 'LATER_CAUSES', 'CAUSES', 'PEER_DIED',
-           'write_folder', 'rank_tails', 'descendants', 'run_launch', 'diagnose', 'with_rank_errors', 'launch_type',
-           'shown_command', 'patched_reason', 'with_backend_phase', 'rediagnosed', 'backend_parallel_record',
-           'backend_parallel_phase', 'trainer_inputs', 'trainer_patch_controls', 'backend_parallel_batch']
+__all__ = ['LAUNCH_START_S', 'LAUNCH_PER_CONFIG_S', 'SETUP_CAUSES', 'BUILD_CAUSES', 'PEER_DIED', 'LATER_CAUSES', 'CAUSES',
+           'RANK_KILLED', 'write_folder', 'rank_tails', 'descendants', 'run_launch', 'known_cause', 'diagnose',
+           'with_rank_errors', 'killed_rank', 'launch_type', 'shown_command', 'patched_reason', 'with_backend_phase',
+           'rediagnosed', 'backend_parallel_record', 'backend_parallel_phase', 'trainer_inputs',
+           'trainer_patch_controls', 'backend_parallel_batch']
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #8aca4147
 def write_folder(model: str, folder: str | Path, seed: int = 0) -> dict:
@@ -214,6 +215,7 @@ BUILD_CAUSES = (  # what stops the model's build on a type's own structure (none
 )
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #74d3a414
+PEER_DIED = re.compile(r"Connection closed by peer|Timed out|Application timeout caused pair closure")  # gloo
 BUILD_CAUSES += (  # the same, for what the backend sets or initialises on every model
     dict(
         pattern=r"does not support a settable experts implementation",
@@ -258,7 +260,13 @@ BUILD_CAUSES += (  # the same, for what the backend sets or initialises on every
         fix="",
     ),
     dict(
-        pattern=r"Connection closed by peer|Timed out|Application timeout caused pair closure",
+        pattern=r"killed by SIG\w+ \(exit code -\d+\), no Python error",
+        cause="a rank's process was killed by a signal (a crash in native code, torchrun's root-cause block): no "
+        "Python error or frame to read; the other ranks saw it die",
+        fix="",
+    ),
+    dict(
+        pattern=PEER_DIED.pattern,
         cause="a peer rank died or stopped answering in this configuration (gloo: a closed connection, a timeout): its "
         "own error is in the launch's rank tails",
         fix="",
@@ -352,6 +360,19 @@ LATER_CAUSES += (
         fix="29-dense-mask-any-stage",
     ),
     dict(
+        pattern=r"unsupported operand type\(s\) for \*: 'Tensor' and 'BlockMask'",
+        cause="under PP a stage's decoder picks each layer's mask by its position in the config's layer types "
+        "(causal_mask_mapping[config.layer_types[i]]) and the split numbers a stage's layers from 0: a later "
+        "stage's linear-attention layer reads the first layer's type and gets the attention BlockMask (pipeline.py)",
+        fix="30-stage-layer-types",
+    ),
+    dict(
+        pattern=r"HF's own float32 error on the same tokens \(PP\)$",
+        cause="under PP a stage's decoder picks each layer's mask by its position in the config's layer types and "
+        "the split numbers a stage's layers from 0: a later stage's layers get the first layers' masks (pipeline.py)",
+        fix="30-stage-layer-types",
+    ),
+    dict(
         pattern=r"mixed torch.Tensor and DTensor",
         cause="a DTensor mixed with a plain tensor: a state the sharding plan left plain",
         fix="",
@@ -360,18 +381,30 @@ LATER_CAUSES += (
 CAUSES = SETUP_CAUSES + LATER_CAUSES + BUILD_CAUSES  # the specific rows first: a type's own structure last
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #c04cccff
+def known_cause(found: str, applied: tuple[str, ...] = ()) -> tuple[dict | None, list[dict]]:
+    "The first row of `CAUSES` that explains `found` and whose patch was not `applied`, and the rows passed over"
+    " because their patch was (a symptom can have several known causes: the next one is read once a patch removed"
+    " the first)."
+    rows = [c for c in CAUSES if re.search(c["pattern"], found)]
+    passed = [c for c in rows if c["fix"] and c["fix"] in applied]
+    return next((c for c in rows if c not in passed), None), passed
+
+
+def _fixes(rows: list[dict]) -> str:
+    return ", ".join(c["fix"] for c in rows)
+
+
 def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
     "The root cause of a failed configuration record: the table's row that explains it (unless the patch that removes it was `applied`), else what was found."
     if conf.get("status") == "PASS":
         return None
     text = conf.get("error", "")
-    where = f"{text} {conf.get('raised_at', '')}"
-    row = next((c for c in CAUSES if re.search(c["pattern"], where)), None)
-    if row is not None and row["fix"] in applied:  # the patch for this cause ran: what is left is beyond it
-        cause = f"{row['cause']}; with {row['fix']} applied, beyond what it covers"
-        return dict(cause=cause, fix="", stage=conf.get("stage"), error=text)
+    row, passed = known_cause(f"{text} {conf.get('raised_at', '')}", applied)
     if row is not None:
         return dict(cause=row["cause"], fix=row["fix"], stage=conf.get("stage"), error=text)
+    if passed:  # the patches for this cause ran: what is left is beyond them
+        cause = f"{passed[0]['cause']}; with {_fixes(passed)} applied, beyond what it covers"
+        return dict(cause=cause, fix="", stage=conf.get("stage"), error=text)
     if "error" in conf:
         return dict(cause=f"raised at {conf.get('stage')}: {text}", fix="", where=conf.get("raised_at"))
     hf, steps = conf.get("hf") or {}, conf.get("steps") or []
@@ -379,29 +412,26 @@ def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
         return dict(cause=f"the weights loaded differ from one process's load: {conf['loaded_differs'][:4]}", fix="")
     if hf.get("status") != "PASS":
         found = f"logits {hf.get('logits_ratio', float('nan')):.3g}x HF's own float32 error on the same tokens"
-        row = next((c for c in CAUSES if re.search(c["pattern"], f"{found} ({conf.get('name')})")), None)
-        if row is not None and row["fix"] in applied:  # the known cause is removed: this one is not explained
-            return dict(cause=f"{found} ({conf.get('name')}), with {row['fix']} applied: not explained", fix="")
+        row, passed = known_cause(f"{found} ({conf.get('name')})", applied)
+        if row is None and passed:  # the known causes are removed: this one is not explained
+            return dict(cause=f"{found} ({conf.get('name')}), with {_fixes(passed)} applied: not explained", fix="")
         return dict(cause=row["cause"], fix=row["fix"], found=found) if row else dict(cause=found, fix="")
     wrong = [(s["step"], s["params_failed"]) for s in steps if s["params_failed"]]
     if wrong:
         step, params = wrong[0]
         found = f"a wrong gradient at step {step}: {', '.join(params[:4])}"
-        row = next((c for c in CAUSES if re.search(c["pattern"], f"{found} ({conf.get('name')})")), None)
+        row, _ = known_cause(f"{found} ({conf.get('name')})", applied)
         return dict(cause=row["cause"], fix=row["fix"], found=found) if row else dict(cause=found, fix="")
     bias = [s["step"] for s in steps if s.get("expert_bias_diff")]
     if bias:
         found = f"the expert bias after the load-balancing update differs at step {bias[0]} ({conf.get('name')})"
-        row = next((c for c in CAUSES if re.search(c["pattern"], found)), None)
-        if row is not None and row["fix"] in applied:  # the known cause is removed: this one is not explained
-            return dict(cause=f"{found}, with {row['fix']} applied: not explained", fix="", found=found)
+        row, passed = known_cause(found, applied)
+        if row is None and passed:  # the known cause is removed: this one is not explained
+            return dict(cause=f"{found}, with {_fixes(passed)} applied: not explained", fix="", found=found)
         return dict(cause=row["cause"] if row else found, fix=row["fix"] if row else "", found=found)
     return dict(cause="the loss differs from one process's", fix="")
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #a2e9cf62
-PEER_DIED = re.compile(r"Connection closed by peer|Timed out|Application timeout caused pair closure")
-
-
 def with_rank_errors(conf: dict, tmp: Path) -> dict:
     "`conf` (rank 0's record) with every other rank's error from `tmp`; where rank 0 saw only a peer die, the first error that is a rank's own."
     errors = {}
@@ -418,6 +448,20 @@ def with_rank_errors(conf: dict, tmp: Path) -> dict:
         conf |= dict(rank0_error=conf["error"], error=f"rank {r}: {rec['error']}", raised_at=rec["raised_at"],
                      stage=rec["stage"])  # fmt: skip
     return conf
+
+# %% ../../nbs/backend/10_trainer_phase.ipynb #64b3592e
+RANK_KILLED = re.compile(
+    r"rank\s*:\s*(\d+)\s*\(local_rank: \d+\)\s*exitcode\s*:\s*(-\d+)\s*\(pid: \d+\)\s*(?:\((SIG\w+)\))?"
+)
+
+
+def killed_rank(output: str) -> str | None:
+    "The rank torchrun's root-cause block says a signal killed, as the record's error; None where none was."
+    found = RANK_KILLED.search(output)
+    if found is None:
+        return None
+    rank, code, name = found.groups()
+    return f"rank {rank}: killed by {name or f'signal {-int(code)}'} (exit code {code}), no Python error"
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #c8db1db9
 def launch_type(
@@ -448,7 +492,10 @@ def launch_type(
         done = (
             [with_rank_errors(json.loads(line), tmp) for line in out.read_text().splitlines()] if out.exists() else []
         )
+    killed = killed_rank(launch["output_tail"])
     for c in done:
+        if killed and PEER_DIED.search(c.get("error", "")):  # rank 0 saw a peer die of a signal: no rank file
+            c |= dict(rank0_error=c["error"], error=killed)
         c["root_cause"] = diagnose(c, tuple(p.path.stem for p in patches) if patched else ())
     how = (
         f"the launch timed out after {bound} s"
@@ -457,6 +504,15 @@ def launch_type(
         + (" with a rank aborted" if ABORTED.search(launch["output_tail"]) else "")
     )
     names = {c["name"] for c in done}
+    rest = [c for c in confs if c["name"] not in names]
+    if killed and done and rest and not launch["timed_out"]:  # a crash stops the launch: the rest in a fresh one
+        again = launch_type(folder, rest, patched, control, timeout_s, patches)
+        crash = {k: again[k] for k in ("exit_code", "wall_s", "timed_out")} | dict(
+            configs=[c["name"] for c in rest], output_tail=again["output_tail"][-1200:]
+        )
+        return dict(launch, configs=done + again["configs"], relaunched_after_crash=crash,
+                    wall_s=round(launch["wall_s"] + again["wall_s"], 1),
+                    patches=[p.name for p in patches] if patched else [])  # fmt: skip
     lost = [
         dict(name=c["name"], args=c["args"], status="ERROR", error=f"no record: {how} before it", root_cause=None)
         for c in confs

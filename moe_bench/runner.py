@@ -10,6 +10,7 @@ import gc
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -52,9 +53,10 @@ from .training import training_phase
 
 # %% auto #0
 __all__ = ['NBS_DIR', 'PHASES', 'PARTS', 'ORDER', 'TCP_NOTICE', 'KERNEL_ARGS', 'PATH_VARIABLES', 'PhasePart', 'phase_notebook',
-           'parse_phases', 'declared_parameters', 'validate_parameters', 'run_notebook', 'stops_the_run', 'runs_3b',
-           'run_model', 'summary_line', 'exit_code', 'checkpoint_identity', 'phase_inputs', 'current_record', 'dry_run',
-           'save_and_return', 'run_all', 'check_model', 'main', 'folder_here', 'absolute_paths']
+           'parse_phases', 'declared_parameters', 'validate_parameters', 'without_export', 'run_notebook',
+           'stops_the_run', 'runs_3b', 'run_model', 'summary_line', 'exit_code', 'checkpoint_identity', 'phase_inputs',
+           'current_record', 'dry_run', 'save_and_return', 'run_all', 'check_model', 'main', 'folder_here',
+           'absolute_paths']
 
 # %% ../nbs/06_runner.ipynb #ab0fcc63
 NBS_DIR = REPO_ROOT / "nbs"
@@ -246,6 +248,15 @@ KERNEL_ARGS = [
 ]
 
 # %% ../nbs/06_runner.ipynb #682bb34a
+def without_export(notebook: Path, folder: str | Path) -> Path:
+    "A copy of `notebook` in `folder` without its `nbdev_export()` cell, for a phase run to execute."
+    nb = json.loads(Path(notebook).read_text())
+    nb["cells"] = [c for c in nb["cells"] if "nbdev_export()" not in "".join(c["source"])]
+    path = Path(folder) / Path(notebook).name
+    path.write_text(json.dumps(nb))
+    return path
+
+
 def run_notebook(
     model: str,
     name: str,
@@ -265,9 +276,10 @@ def run_notebook(
         params["checkpoint"] = folder_here(checkpoint)
     validate_parameters(notebook, params)
     start = time.perf_counter()
+    tmp = tempfile.TemporaryDirectory()  # the copy without the export cell
     try:
         papermill.execute_notebook(
-            str(notebook),
+            str(without_export(notebook, tmp.name)),
             str(executed),
             parameters=params,
             kernel_name="python3",
@@ -281,6 +293,8 @@ def run_notebook(
         error = f"{e.ename}: {e.evalue}\n" + "\n".join(e.traceback)
     except Exception:
         error = traceback.format_exc()
+    finally:
+        tmp.cleanup()
     record = read_json(record_path) if record_path.exists() else None
     if record is None:
         record = phase_record(model, name, "ERROR", error=error or "the notebook saved no record")

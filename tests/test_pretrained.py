@@ -234,11 +234,10 @@ def _hub_cache(cache, hub_id, folder):
 
 
 def test_hub_id_through_the_local_cache(small_checkpoint, tmp_path, reports_tmp):
-    "A hub id is its snapshot in the local cache (HF_HUB_CACHE here), found offline; without one, the download command."
+    "A hub id is its snapshot in the local cache (HF_HUB_CACHE here), found offline (without one, the download"
+    " command: tests/test_cli.py)."
     hub_id = "Qwen/Qwen3-30B-A3B"
     argv = ["moe-bench", "run", "qwen3_moe", "--checkpoint", hub_id, "--no-progress"]
-    refused = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert refused.returncode == 2 and f"hf download {hub_id}" in refused.stderr and "Traceback" not in refused.stderr
     _hub_cache(tmp_path / "hf_cache", hub_id, small_checkpoint)  # the cache conftest points HF_HUB_CACHE at
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0 and "pretrained    PASS" in ran.stdout, ran.stdout + ran.stderr[-2000:]

@@ -1,8 +1,12 @@
 """Phase 4 on torchtitan's own trainer (issue 41): the workflow's command under torchrun, judged against HF's model
 and one process, with its controls. One launch of four configurations on the patched backend, about a minute."""
 
+import json
+from pathlib import Path
+
 import pytest
 
+from moe_bench.backend import trainer_phase
 from moe_bench.backend.patches import ALL_PATCHES, TRAINER_PATCHES
 from moe_bench.backend.source import folder_digest, installed_backend
 from moe_bench.backend.trainer_phase import CAUSES, diagnose, launch_type, rank_tails, run_launch, write_folder
@@ -83,3 +87,52 @@ def test_a_launch_past_its_bound_is_killed_whole_with_each_ranks_tail(tmp_path):
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     assert left == [], left  # no rank survives its launch
     assert rank_tails("[default0]:a\n[default1]:b\n[default1]:c\nnot a rank line") == {"0": ["a"], "1": ["b", "c"]}
+
+
+ROOT_CAUSE = """Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-07_03:36:08
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -11 (pid: 8635)  (SIGSEGV)
+  error_file: <N/A>
+  traceback : Signal 11 (SIGSEGV) received by PID 8635"""  # Beam's FSDP+TP+EP launch, as torchrun printed it
+PEER = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:24237"
+
+
+def _fake_launches(monkeypatch, first: list[dict]) -> list[list[str]]:
+    "torchrun replaced: the first launch writes `first` and ends with a rank segfaulted, a later one passes its configs."
+    launched = []
+
+    def fake(args, timeout_s, nproc=4):
+        names = [c["name"] for c in json.loads(Path(args[args.index("--configs") + 1]).read_text())]
+        out, crashed = Path(args[args.index("--out") + 1]), not launched
+        lines = first if crashed else [dict(name=n, status="PASS") for n in names]
+        out.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        launched.append(names)
+        tail = f"...\n{ROOT_CAUSE}\n" if crashed else "done"
+        return dict(exit_code=int(crashed), wall_s=10.0, timed_out=False, command="torchrun", output_tail=tail)
+
+    monkeypatch.setattr(trainer_phase, "run_launch", fake)
+    return launched
+
+
+def test_a_rank_killed_by_a_signal_is_named_and_the_rest_run_in_a_fresh_launch(tmp_path, monkeypatch):
+    confs = [dict(name=n, args=[]) for n in ("FSDP+TP+EP", "TP", "PP")]
+    launched = _fake_launches(monkeypatch, [dict(name="FSDP+TP+EP", status="FAIL", stage="train", error=PEER)])
+    run = launch_type(str(tmp_path), confs, patched=False)
+    assert launched == [["FSDP+TP+EP", "TP", "PP"], ["TP", "PP"]]  # the configurations the crash stopped, again
+    by_name = {c["name"]: c for c in run["configs"]}
+    crashed = by_name["FSDP+TP+EP"]
+    assert crashed["error"] == "rank 1: killed by SIGSEGV (exit code -11), no Python error"
+    assert crashed["rank0_error"] == PEER and crashed["root_cause"]["cause"].startswith("a rank's process was killed")
+    assert by_name["TP"]["status"] == by_name["PP"]["status"] == "PASS"
+    assert run["relaunched_after_crash"]["configs"] == ["TP", "PP"] and run["wall_s"] == 20.0
+
+
+def test_a_crash_before_any_record_is_not_relaunched(tmp_path, monkeypatch):
+    "No configuration got a record: a fresh launch would crash the same way, so each says how the launch ended."
+    launched = _fake_launches(monkeypatch, [])
+    run = launch_type(str(tmp_path), [dict(name="FSDP", args=[])], patched=False)
+    assert len(launched) == 1 and "relaunched_after_crash" not in run
+    assert run["configs"][0]["status"] == "ERROR" and "the launch ended (exit 1)" in run["configs"][0]["error"]

@@ -256,7 +256,7 @@ def without_export(notebook: Path, folder: str | Path) -> Path:
     path.write_text(json.dumps(nb))
     return path
 
-
+# %% ../nbs/06_runner.ipynb #7fb27b941602401d91542211134fc71a
 def run_notebook(
     model: str,
     name: str,

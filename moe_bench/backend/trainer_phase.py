@@ -334,6 +334,10 @@ LATER_CAUSES += (
         cause="a module left without a sharding config: the backstop's message (hf_sharding.py)",
         fix="21-tp-layouts-by-role",
     ),
+)
+
+# %% ../../nbs/backend/10_trainer_phase.ipynb #7fb27b941602401d91542211134fc71a
+LATER_CAUSES += (  # under PP, then a state the plan left plain
     dict(
         pattern=r"expert bias .* differs at step 1 .*PP",
         cause="torch's pipelining runs each stage's forward once in step 1 to infer its metadata, and the MoE counts "

@@ -19,7 +19,7 @@ def _record(root, model, phase):
 
 
 def _library_mtimes() -> dict:
-    return {p.name: p.stat().st_mtime_ns for p in (REPO / "moe_bench").rglob("*.py")}
+    return {p.relative_to(REPO).as_posix(): p.stat().st_mtime_ns for p in (REPO / "moe_bench").rglob("*.py")}
 
 
 def test_moe_bench_run_qwen3_moe(reports_tmp, capsys):

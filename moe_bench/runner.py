@@ -21,7 +21,7 @@ import papermill
 from tqdm.auto import tqdm
 
 from .backend.phase import backend_inputs, backend_records
-from .backend.trainer_phase import backend_parallel_phase, trainer_inputs
+from .backend.trainer_phase import TYPES_PER_LAUNCH, backend_parallel_records, trainer_inputs
 from .checkpoint import HUB_ID, CheckpointError, local_folder, open_checkpoint
 from .compat_doc import fig, reason_of, verdicts, write_docs
 from .config import config_phase
@@ -104,7 +104,7 @@ class PhasePart:
     notebook: str  # in nbs/
     module: str  # the moe_bench module that computes it (with what it imports: its record's inputs)
     in_process: Callable[[str], dict] | None  # model -> record; None: the batch runs it otherwise (phase 4: torchrun,
-    # the backend: one fresh process for its patched copy)
+    # the backend: one fresh process for its patched copy; 4t: launches that types share)
     figures_need: str = ""  # the record key the figures read (an ERROR record lacks it: no figures then)
     figures: Callable[[dict], str] = lambda rec: ""
     params: Callable[[], dict] | None = None  # what its records are computed from beside the model and the code
@@ -181,7 +181,7 @@ PHASES |= {
             name="backend_parallel",
             module="backend.trainer_phase",
             notebook="backend/10_trainer_phase.ipynb",
-            in_process=backend_parallel_phase,
+            in_process=None,  # the batch: types share launches
             figures_need="configs",
             figures=lambda rec: "  ".join(f"{c['name']}: {c['patched']['status']}" for c in rec["configs"]),
             params=trainer_inputs,
@@ -513,6 +513,22 @@ def _parallelism(models: list[str], out_dir: str, progress: bool, force: bool = 
     records |= parallelism_batch(probes)
     return kept | {m: save_and_return(records[m] | dict(inputs=inputs[m]), out_dir) for m in models if m not in kept}
 
+
+def _backend_parallel(models: list[str], out_dir: str, force: bool = False) -> dict[str, dict]:
+    "Trainer phase records of `models`, each kept where current, the rest saved as their shared launches end; an"
+    " out-of-scope model is UNSUPPORTED without a launch."
+    inputs, kept = _current(PARTS["backend_parallel"], models, out_dir, force)
+    done = {m: phase_record(m, "backend_parallel", "UNSUPPORTED", reason=r) for m in models if (r := out_of_scope(m))}
+    done = {m: save_and_return(rec | dict(inputs=inputs[m]), out_dir) for m, rec in done.items() if m not in kept}
+    todo = [m for m in models if m not in kept and m not in done]
+    print(
+        f"[all] phase 4t: {len(todo)} types, up to {TYPES_PER_LAUNCH} a launch; {len(kept)} current (kept)", flush=True
+    )
+    for m, rec in backend_parallel_records(todo):
+        done[m] = save_and_return(rec | dict(inputs=inputs[m]), out_dir)
+        print(f"[all] {m}: backend_parallel {rec['status']} ({rec.get('wall_s', 0)} s its share)", flush=True)
+    return {m: kept.get(m) or done[m] for m in models}
+
 # %% ../nbs/06_runner.ipynb #6a1867b5
 def run_all(
     out_dir: str = "",
@@ -545,6 +561,9 @@ def run_all(
             results[m].insert(0, rec)
     if "4" in phases:
         for m, rec in _parallelism(models, out_dir, progress, force).items():
+            results[m].append(rec)
+    if "4t" in phases:
+        for m, rec in _backend_parallel(models, out_dir, force).items():
             results[m].append(rec)
     write_docs(out_dir)
     return results

@@ -9,7 +9,16 @@ import pytest
 from moe_bench.backend import trainer_phase
 from moe_bench.backend.patches import ALL_PATCHES, TRAINER_PATCHES
 from moe_bench.backend.source import folder_digest, installed_backend
-from moe_bench.backend.trainer_phase import CAUSES, diagnose, launch_type, rank_tails, run_launch, write_folder
+from moe_bench.backend.trainer_phase import (
+    CAUSES,
+    diagnose,
+    launch_configs,
+    launch_type,
+    rank_tails,
+    run_launch,
+    types_share,
+    write_folder,
+)
 from moe_bench.backend.trainer_worker import WORKFLOW_ARGS, configurations
 
 GATE_CONTROL = "control: router gate negated after the load"
@@ -89,6 +98,19 @@ def test_a_launch_past_its_bound_is_killed_whole_with_each_ranks_tail(tmp_path):
     assert rank_tails("[default0]:a\n[default1]:b\n[default1]:c\nnot a rank line") == {"0": ["a"], "1": ["b", "c"]}
 
 
+def test_a_launch_whose_records_stop_coming_is_stopped_long_before_its_bound(tmp_path, monkeypatch):
+    "The stall bound: no record in the start's allowance plus one configuration's share, and the launch is killed whole."
+    import subprocess
+
+    monkeypatch.setattr(trainer_phase, "LAUNCH_START_S", 1)
+    monkeypatch.setattr(trainer_phase, "LAUNCH_PER_CONFIG_S", 2)
+    marker = str(tmp_path / "stalls.json")
+    out = tmp_path / "out.jsonl"  # never written: the worker fails to read its configurations long after 3 s
+    run = run_launch(["--configs", marker, "--out", str(out), "--"], timeout_s=600, progress=out)
+    assert run["timed_out"] and run["stalled"] and run["wall_s"] < 30, run
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split() == []
+
+
 ROOT_CAUSE = """Root Cause (first observed failure):
 [0]:
   time      : 2026-12-07_03:36:08
@@ -104,7 +126,7 @@ def _fake_launches(monkeypatch, first: list[dict]) -> list[list[str]]:
     "torchrun replaced: the first launch writes `first` and ends with a rank segfaulted, a later one passes its configs."
     launched = []
 
-    def fake(args, timeout_s, nproc=4):
+    def fake(args, timeout_s, nproc=4, progress=None):
         names = [c["name"] for c in json.loads(Path(args[args.index("--configs") + 1]).read_text())]
         out, crashed = Path(args[args.index("--out") + 1]), not launched
         lines = first if crashed else [dict(name=n, status="PASS") for n in names]
@@ -136,3 +158,36 @@ def test_a_crash_before_any_record_is_not_relaunched(tmp_path, monkeypatch):
     run = launch_type(str(tmp_path), [dict(name="FSDP", args=[])], patched=False)
     assert len(launched) == 1 and "relaunched_after_crash" not in run
     assert run["configs"][0]["status"] == "ERROR" and "the launch ended (exit 1)" in run["configs"][0]["error"]
+
+
+def test_a_stalled_configuration_is_its_own_record_and_the_rest_run_again(tmp_path, monkeypatch):
+    "A launch stopped on a stall: the one it was running says so, the ones after it go to a fresh launch."
+    launched = []
+
+    def fake(args, timeout_s, nproc=4, progress=None):
+        confs = json.loads(Path(args[args.index("--configs") + 1]).read_text())
+        first = not launched
+        lines = [dict(model=c["model"], name=c["name"], status="PASS") for c in confs[: 1 if first else None]]
+        progress.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        launched.append([(c["model"], c["name"]) for c in confs])
+        return dict(exit_code=124 if first else 0, wall_s=12.0, timed_out=first, stalled=first, command="torchrun",
+                    output_tail="")  # fmt: skip
+
+    monkeypatch.setattr(trainer_phase, "run_launch", fake)
+    confs = [dict(model=m, name=n, args=[], titan=["--hf_model", m]) for m in ("a", "b") for n in ("FSDP", "TP")]
+    run = launch_configs(confs, patched=False)
+    assert launched[1] == [("b", "FSDP"), ("b", "TP")]  # a's TP was running when the launch stalled
+    got = {(c["model"], c["name"]): c for c in run["configs"]}
+    assert got[("a", "TP")]["status"] == "ERROR" and "stalled" in got[("a", "TP")]["error"]
+    assert got[("a", "FSDP")]["status"] == got[("b", "FSDP")]["status"] == got[("b", "TP")]["status"] == "PASS"
+    assert run["relaunched_after_stall"]["configs"] == ["b FSDP", "b TP"] and run["wall_s"] == 24.0
+
+
+def test_a_shared_launch_as_each_type_holds_it():
+    "Each type keeps its own configurations and its part of the launch's start; whose configurations are whose is kept."
+    launch = dict(
+        wall_s=30.0, configs=[dict(model="a", name="FSDP", wall_s=4.0), dict(model="b", name="FSDP", wall_s=6.0)]
+    )
+    a = types_share(launch, "a", ["a", "b"])
+    assert [c["name"] for c in a["configs"]] == ["FSDP"] and "model" not in a["configs"][0]
+    assert a["wall_s"] == 4.0 + 20.0 / 2 and a["launch_wall_s"] == 30.0 and a["shared_with"] == ["a", "b"]

@@ -20,17 +20,17 @@ from pathlib import Path
 from .patches import ALL_PATCHES, TRAINER_PATCHES, patched_copy
 from .source import folder_digest, installed_backend
 from .trainer_worker import WORLD, command_args, configurations, settings
-from ..core import ABORTED, model_dir, phase_record, randomize_, read_json, save_record, worst_status
+from ..core import ABORTED, model_dir, phase_record, randomize_, read_json, worst_status
 from ..hf import build_model, decoder_layers, moe_block, moe_layer_indices
 from ..moe_probe import probe_moe_block
 from ..parallel_worker import parallel_test_config
 
 # %% auto #0
 __all__ = ['LAUNCH_START_S', 'LAUNCH_PER_CONFIG_S', 'SETUP_CAUSES', 'BUILD_CAUSES', 'PEER_DIED', 'LATER_CAUSES', 'CAUSES',
-           'RANK_KILLED', 'write_folder', 'rank_tails', 'descendants', 'run_launch', 'known_cause', 'diagnose',
-           'with_rank_errors', 'killed_rank', 'launch_type', 'shown_command', 'patched_reason', 'with_backend_phase',
-           'rediagnosed', 'backend_parallel_record', 'backend_parallel_phase', 'trainer_inputs',
-           'trainer_patch_controls', 'backend_parallel_batch']
+           'RANK_KILLED', 'TYPES_PER_LAUNCH', 'write_folder', 'rank_tails', 'descendants', 'run_launch', 'known_cause',
+           'diagnose', 'with_rank_errors', 'killed_rank', 'launch_configs', 'launch_type', 'shown_command',
+           'patched_reason', 'with_backend_phase', 'rediagnosed', 'backend_parallel_record', 'trainer_inputs',
+           'trainer_patch_controls', 'types_share', 'backend_parallel_records', 'backend_parallel_phase']
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #8aca4147
 def write_folder(model: str, folder: str | Path, seed: int = 0) -> dict:
@@ -105,31 +105,50 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie is dead, only not reaped yet
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #91c60b9a
-def run_launch(args: list[str], timeout_s: int, nproc: int = WORLD) -> dict:
-    "torchrun of the worker with `args`: exit code, wall seconds, the command line, output tail, each rank's tail."
+def _kill_whole(proc: subprocess.Popen) -> None:
+    "torchrun's group, then each rank below it (torchrun starts each rank in a session of its own)."
+    tree = descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    _wait_gone(tree)
+
+
+def run_launch(args: list[str], timeout_s: int, nproc: int = WORLD, progress: Path | None = None) -> dict:
+    "torchrun of the worker with `args`: exit code, wall seconds, the command line, output tail, each rank's tail;"
+    " killed past `timeout_s`, or where `progress` (its records' file) did not grow for `LAUNCH_PER_CONFIG_S` after the start."
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--tee", "3"]
     cmd += ["-m", "moe_bench.backend.trainer_worker", *args]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-        rc = proc.returncode
-    except subprocess.TimeoutExpired:
-        tree = descendants(proc.pid)  # torchrun starts each rank in a session of its own: killed one by one
-        os.killpg(proc.pid, signal.SIGKILL)
-        for pid in tree:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        _wait_gone(tree)
-        rc = 124
+    moved, size, stalled, killed = (
+        LAUNCH_START_S,
+        -1,
+        False,
+        False,
+    )  # moved: the last record's time (the start's allowance)
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+        while proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.5)
+            now = time.perf_counter() - start
+            grown = progress.stat().st_size if progress is not None and progress.exists() else -1
+            moved, size = (now, grown) if grown != size else (moved, size)
+            stalled = progress is not None and now - moved > LAUNCH_PER_CONFIG_S
+            if proc.returncode is None and (now > timeout_s or stalled):
+                _kill_whole(proc)
+                killed = True
+        rc = 124 if killed else proc.returncode
+        log.seek(0)
+        output = log.read()
     return dict(
         exit_code=rc,
         wall_s=round(time.perf_counter() - start, 1),
         timed_out=rc == 124,
+        stalled=killed and stalled,
         command=" ".join(cmd),
         output_tail=output[-3000:],
         rank_tails=rank_tails(output),
@@ -436,12 +455,17 @@ def diagnose(conf: dict, applied: tuple[str, ...] = ()) -> dict | None:
     return dict(cause="the loss differs from one process's", fix="")
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #a2e9cf62
+def _key(c: dict) -> tuple:
+    "A configuration's identity in a launch: its type (where types share the launch) and its name."
+    return c.get("model"), c["name"]
+
+
 def with_rank_errors(conf: dict, tmp: Path) -> dict:
     "`conf` (rank 0's record) with every other rank's error from `tmp`; where rank 0 saw only a peer die, the first error that is a rank's own."
     errors = {}
     for path in sorted(Path(tmp).glob("out.jsonl.rank*")):
         for line in path.read_text().splitlines():
-            if (rec := json.loads(line))["name"] == conf["name"]:
+            if _key(rec := json.loads(line)) == _key(conf):
                 errors[int(path.name.rsplit("rank", 1)[1])] = rec
     if not errors:
         return conf
@@ -468,61 +492,79 @@ def killed_rank(output: str) -> str | None:
     return f"rank {rank}: killed by {name or f'signal {-int(code)}'} (exit code {code}), no Python error"
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #c8db1db9
-def launch_type(
-    folder: str,
+def _no_record(c: dict, how: str) -> dict:
+    return {k: c[k] for k in ("model", "name", "args") if k in c} | dict(status="ERROR", error=how, root_cause=None)
+
+
+def _launch_once(
+    confs: list[dict], patched: bool, control: str | None, bound: int, patches: tuple
+) -> tuple[dict, list]:
+    "One torchrun of `confs` (each with its `titan` arguments): how it ended, and rank 0's records with every rank's error."
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = str(patched_copy(Path(tmp) / "copy", patches)) if patched else ""
+        (Path(tmp) / "configs.json").write_text(json.dumps(confs))
+        out = Path(tmp) / "out.jsonl"
+        args = ["--configs", f"{tmp}/configs.json", "--out", str(out)]
+        args += ["--backend-copy", copy, "--escalate"] if copy else []
+        args += ["--control", control] if control else []
+        args += ["--", *confs[0]["titan"]]  # the command as a reader sees it: the first one's; each runs with its own
+        launch = run_launch(args, bound, progress=out)
+        if launch["exit_code"] and not launch["timed_out"] and ABORTED.search(launch["output_tail"]):
+            # gloo aborts a whole process when a connection fails in its listener thread (pytorch/gloo#514): once more
+            first = launch["output_tail"][-1200:]
+            for path in [out, *Path(tmp).glob("out.jsonl.rank*")]:
+                path.unlink(missing_ok=True)
+            launch = run_launch(args, bound, progress=out) | dict(relaunched_after_abort=first)
+        done = [with_rank_errors(json.loads(x), tmp) for x in out.read_text().splitlines()] if out.exists() else []
+    return launch, done
+
+# %% ../../nbs/backend/10_trainer_phase.ipynb #5b1e0c7a
+def launch_configs(
     confs: list[dict],
     patched: bool,
     control: str | None = None,
     timeout_s: int | None = None,
     patches: tuple = ALL_PATCHES,
 ) -> dict:
-    "One launch of `confs` on `folder`: as shipped, or with `patches` (every one by default) on a copy; its records and how it ended."
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = str(patched_copy(Path(tmp) / "copy", patches)) if patched else ""
-        (Path(tmp) / "configs.json").write_text(json.dumps(confs))
-        args = ["--configs", f"{tmp}/configs.json", "--out", f"{tmp}/out.jsonl"]
-        args += ["--backend-copy", copy, "--escalate"] if copy else []
-        args += ["--control", control] if control else []
-        args += ["--", *command_args(folder, f"{tmp}/dump")]
-        bound = timeout_s or LAUNCH_START_S + LAUNCH_PER_CONFIG_S * len(confs)
-        launch = run_launch(args, bound)
-        out = Path(tmp) / "out.jsonl"
-        if launch["exit_code"] and not launch["timed_out"] and ABORTED.search(launch["output_tail"]):
-            # gloo aborts a whole process when a connection fails in its listener thread (pytorch/gloo#514): once more
-            first = launch["output_tail"][-1200:]
-            for path in [out, *Path(tmp).glob("out.jsonl.rank*")]:
-                path.unlink(missing_ok=True)
-            launch = run_launch(args, bound) | dict(relaunched_after_abort=first)
-        done = (
-            [with_rank_errors(json.loads(line), tmp) for line in out.read_text().splitlines()] if out.exists() else []
-        )
+    "One launch of `confs` (each with its `titan` arguments): as shipped, or with `patches` (every one by default) on a copy; its records and how it ended."
+    bound = timeout_s or LAUNCH_START_S + LAUNCH_PER_CONFIG_S * len(confs)
+    launch, done = _launch_once(confs, patched, control, bound, patches)
     killed = killed_rank(launch["output_tail"])
     for c in done:
         if killed and PEER_DIED.search(c.get("error", "")):  # rank 0 saw a peer die of a signal: no rank file
             c |= dict(rank0_error=c["error"], error=killed)
         c["root_cause"] = diagnose(c, tuple(p.path.stem for p in patches) if patched else ())
     how = (
-        f"the launch timed out after {bound} s"
+        f"the launch stalled (no record for {LAUNCH_PER_CONFIG_S} s) and was stopped"
+        if launch.get("stalled")
+        else f"the launch timed out after {bound} s"
         if launch["timed_out"]
         else f"the launch ended (exit {launch['exit_code']})"
         + (" with a rank aborted" if ABORTED.search(launch["output_tail"]) else "")
     )
-    names = {c["name"] for c in done}
-    rest = [c for c in confs if c["name"] not in names]
-    if killed and done and rest and not launch["timed_out"]:  # a crash stops the launch: the rest in a fresh one
-        again = launch_type(folder, rest, patched, control, timeout_s, patches)
-        crash = {k: again[k] for k in ("exit_code", "wall_s", "timed_out")} | dict(
-            configs=[c["name"] for c in rest], output_tail=again["output_tail"][-1200:]
+    names = {_key(c) for c in done}
+    rest = [c for c in confs if _key(c) not in names]
+    hung = [_no_record(c, f"no record: {how} while it ran") for c in rest[:1] if launch["timed_out"]]
+    again = rest[len(hung) :]
+    applied = dict(patches=[p.name for p in patches] if patched else [])
+    if again and ((killed and done) or hung):  # a crash or a stall stops the launch: the rest in a fresh one
+        more = launch_configs(again, patched, control, timeout_s, patches)
+        why = "relaunched_after_stall" if hung else "relaunched_after_crash"
+        crash = {k: more[k] for k in ("exit_code", "wall_s", "timed_out")} | dict(
+            configs=[" ".join(filter(None, _key(c))) for c in again], output_tail=more["output_tail"][-1200:]
         )
-        return dict(launch, configs=done + again["configs"], relaunched_after_crash=crash,
-                    wall_s=round(launch["wall_s"] + again["wall_s"], 1),
-                    patches=[p.name for p in patches] if patched else [])  # fmt: skip
-    lost = [
-        dict(name=c["name"], args=c["args"], status="ERROR", error=f"no record: {how} before it", root_cause=None)
-        for c in confs
-        if c["name"] not in names
-    ]
-    return dict(launch, configs=done + lost, patches=[p.name for p in patches] if patched else [])
+        wall = round(launch["wall_s"] + more["wall_s"], 1)
+        return dict(launch, configs=done + hung + more["configs"], wall_s=wall, **{why: crash}) | applied
+    lost = [_no_record(c, f"no record: {how} before it") for c in rest]
+    return dict(launch, configs=done + lost) | applied
+
+
+def launch_type(folder: str, confs: list[dict], patched: bool, control: str | None = None,
+                timeout_s: int | None = None, patches: tuple = ALL_PATCHES) -> dict:  # fmt: skip
+    "One launch of one type's `confs` on `folder`, as `launch_configs`."
+    with tempfile.TemporaryDirectory() as dump:
+        titan = command_args(folder, dump)
+        return launch_configs([c | dict(titan=titan) for c in confs], patched, control, timeout_s, patches)
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #6a838486
 def shown_command(confs: list[dict]) -> str:
@@ -550,7 +592,8 @@ def with_backend_phase(cause: dict | None, model: str, out_dir: str = "") -> dic
     said = read_json(path).get("status_with_patches") or ""
     if not said or said.startswith("PASS"):
         return cause
-    return cause | dict(cause=f"{cause['cause']}; the backend phase (one process, the same patches) says: {said[:300]}")
+    found = cause["cause"].removesuffix(": not explained")  # the one-process verdict explains what the patches left
+    return cause | dict(cause=f"{found}; the backend phase (one process, the same patches) fails too: {said[:300]}")
 
 
 def rediagnosed(record: dict, out_dir: str = "") -> dict:
@@ -599,21 +642,6 @@ def backend_parallel_record(model: str, folder_info: dict, shipped: dict, patche
     )
 
 
-def backend_parallel_phase(model: str, configs: tuple[str, ...] | None = None) -> dict:
-    "The type's record from its two launches (as shipped, with every patch); a type the trainer cannot build is a named status."
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            info = write_folder(model, tmp)
-        except Exception as e:
-            return phase_record(
-                model, "backend_parallel", "UNSUPPORTED", reason=f"no folder for it: {type(e).__name__}: {e}"
-            )
-        confs = [c for c in configurations(info["config"], info["experts"]) if configs is None or c["name"] in configs]
-        shipped = launch_type(tmp, confs, patched=False)
-        patched = launch_type(tmp, confs, patched=True)
-    return backend_parallel_record(model, info, shipped, patched, confs)
-
-
 def trainer_inputs() -> dict:
     "What every trainer record is computed from beside the model and the code: the installed backend, every patch file."
     return dict(backend=folder_digest(installed_backend()), patches={p.name: p.sha256 for p in ALL_PATCHES})
@@ -652,19 +680,54 @@ def trainer_patch_controls(model: str, patches: tuple = TRAINER_PATCHES) -> dict
                         with_all={k: v["status"] for k, v in full.items()}, controls=out)  # fmt: skip
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #1bd91a93
-def backend_parallel_batch(models: list[str], out_dir: str = "reports", say=print) -> dict[str, dict]:
-    "Every type's record, saved under `out_dir/<model>/backend_parallel.json`."
-    records, start = {}, time.perf_counter()
-    for model in models:
-        try:
-            rec = backend_parallel_phase(model)
-        except Exception as e:
-            rec = phase_record(model, "backend_parallel", "ERROR", error=f"{type(e).__name__}: {e}")
-        save_record(rec, out_dir)
-        records[model] = rec
-        say(f"[backend_parallel] {model}: {rec['status']} ({time.perf_counter() - start:.0f} s)")
-    return records
+TYPES_PER_LAUNCH = 12  # a crash relaunches only what it stopped, a stall costs one configuration's bound
 
 
-if __name__ == "__main__" and sys.argv[0].endswith(os.path.join("backend", "trainer_phase.py")):
-    backend_parallel_batch(sys.argv[1:])
+def types_share(launch: dict, model: str, types: list[str]) -> dict:
+    "A launch `types` shared, as `model`'s record holds it: its configurations, the launch's figures, its share of the time."
+    mine = [{k: v for k, v in c.items() if k != "model"} for c in launch["configs"] if c.get("model") == model]
+    start = launch["wall_s"] - sum(c.get("wall_s", 0) for c in launch["configs"])  # the start and end, shared
+    wall = round(sum(c.get("wall_s", 0) for c in mine) + max(start, 0) / len(types), 1)
+    return dict(launch, configs=mine, wall_s=wall, launch_wall_s=launch["wall_s"], shared_with=types)
+
+
+def _type_confs(model: str, folder: Path, configs: tuple[str, ...] | None) -> tuple[dict, list[dict]]:
+    "The type's folder written, and its configurations, each with its own torchtitan arguments."
+    folder.mkdir(parents=True)
+    info = write_folder(model, folder)
+    titan = command_args(str(folder), f"{folder}.dump")
+    confs = configurations(info["config"], info["experts"])
+    return info, [c | dict(model=model, titan=titan) for c in confs if configs is None or c["name"] in configs]
+
+
+def backend_parallel_records(
+    models: list[str], configs: tuple[str, ...] | None = None, per_launch: int = TYPES_PER_LAUNCH
+):
+    "Each type's record, yielded as its launches end: up to `per_launch` types share a launch as shipped and one with the patches."
+    for i in range(0, len(models), per_launch):
+        with tempfile.TemporaryDirectory() as tmp:
+            infos, confs = {}, {}
+            for m in models[i : i + per_launch]:
+                try:
+                    infos[m], confs[m] = _type_confs(m, Path(tmp) / m, configs)
+                except Exception as e:
+                    why = f"no folder for it: {type(e).__name__}: {e}"
+                    yield m, phase_record(m, "backend_parallel", "UNSUPPORTED", reason=why)
+            types = list(confs)
+            if not types:
+                continue
+            try:
+                shipped, patched = (launch_configs([c for m in types for c in confs[m]], p) for p in (False, True))
+            except Exception as e:  # no launch: each of its types says so
+                for m in types:
+                    yield m, phase_record(m, "backend_parallel", "ERROR", error=f"{type(e).__name__}: {e}")
+                continue
+            for m in types:
+                s, p = types_share(shipped, m, types), types_share(patched, m, types)
+                rec = backend_parallel_record(m, infos[m], s, p, confs[m])
+                yield m, rec | dict(wall_s=round(s["wall_s"] + p["wall_s"], 1))
+
+
+def backend_parallel_phase(model: str, configs: tuple[str, ...] | None = None) -> dict:
+    "The type's record from its two launches (as shipped, with every patch); a type the trainer cannot build is a named status."
+    return dict(backend_parallel_records([model], configs))[model]

@@ -563,17 +563,24 @@ def run_configuration(base: list[str], conf: dict, control: str | None = None) -
             raise
         res = dict(status="FAIL", stage=getattr(e, "stage", "train"), error=error_text(e))
         res |= dict(raised_at=last_frame(e))
-    return dict(name=conf["name"], args=conf["args"], wall_s=round(time.perf_counter() - start, 1)) | res
+    mine = {k: conf[k] for k in ("model", "name", "args") if k in conf}  # a launch shared by types: whose it is
+    return mine | dict(wall_s=round(time.perf_counter() - start, 1)) | res
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m moe_bench.backend.trainer_worker")
     parser.add_argument("--backend-copy", default="", help="a patched copy's folder (empty: the installed backend)")
-    parser.add_argument("--configs", required=True, help="a JSON list of configurations (each may name a `control`)")
+    parser.add_argument(
+        "--configs",
+        required=True,
+        help="a JSON list of configurations (each may name a `control`, a `model` and its own `titan` arguments)",
+    )
     parser.add_argument("--out", required=True, help="a JSON-lines file, one record per configuration")
     parser.add_argument("--control", default=None, choices=sorted(CONTROLS))
     parser.add_argument("--escalate", action="store_true", help="the escalated core changes in force (backend.forward)")
-    parser.add_argument("titan", nargs=argparse.REMAINDER, help="torchtitan's arguments, after --")
+    parser.add_argument(
+        "titan", nargs=argparse.REMAINDER, help="torchtitan's arguments, after -- (a conf's `titan`: its own)"
+    )
     args = parser.parse_args(argv)
     from moe_bench.backend.source import load_backend
 
@@ -587,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with escalated(args.escalate):
         for conf in json.loads(Path(args.configs).read_text()):
-            record = run_configuration(base, conf, conf.get("control") or args.control)
+            record = run_configuration(conf.get("titan") or base, conf, conf.get("control") or args.control)
             record |= dict(escalated=[e["name"] for e in ESCALATED] if args.escalate else [])
             rank = int(os.environ.get("RANK", "0"))
             if rank == 0:
@@ -595,7 +602,12 @@ def main(argv: list[str] | None = None) -> int:
                     f.write(json.dumps(record | dict(cpu_adaptations=adaptations), default=str) + "\n")
             elif "error" in record:  # its own error, beside rank 0's record: rank 0 may have seen only a peer die
                 with open(f"{args.out}.rank{rank}", "a") as f:
-                    f.write(json.dumps({k: record[k] for k in ("name", "stage", "error", "raised_at")}) + "\n")
+                    f.write(
+                        json.dumps(
+                            {k: record[k] for k in ("model", "name", "stage", "error", "raised_at") if k in record}
+                        )
+                        + "\n"
+                    )
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0

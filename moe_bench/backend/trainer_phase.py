@@ -197,6 +197,18 @@ SETUP_CAUSES = (  # what stops a configuration before or at the load
         "without embed_tokens asks for it (state_dict_adapter.py to_hf drops it only beside embed_tokens)",
         fix="26-tied-head-alone",
     ),
+    dict(
+        pattern=r"object has no attribute '(self_attn|mlp)'.* in _set_layer_sharding_configs",
+        cause="the sharding configs assume every layer has Llama's `self_attn` and dense `mlp` (hf_sharding.py): a "
+        "layer naming its MoE otherwise (granite's `block_sparse_moe`) or a linear-attention layer stops the build",
+        fix="09-sharding-fsdp-ep",
+    ),
+    dict(
+        pattern=r"'NoneType' object has no attribute 'layer_idx'.* in _decoder_layer_init_patched",
+        cause="the decoder-layer init patch gives `self_attn` its layer index where a hybrid layer leaves it None "
+        "(model.py)",
+        fix="01-decoder-structure",
+    ),
 )
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #1466b12c

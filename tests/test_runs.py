@@ -171,3 +171,27 @@ def test_all_honours_phases(reports_tmp, monkeypatch):
     assert runner.read_json(reports_tmp / "qwen3_moe" / "config.json")["status"] == "PASS"
     assert runner.read_json(reports_tmp / "llama" / "config.json")["status"] == "NO_MOE"
     assert (reports_tmp / "index.html").exists() and not (reports_tmp / "llama" / "probe.json").exists()
+
+
+def test_all_4t_runs_the_stale_types_in_shared_launches_and_keeps_the_current(reports_tmp, monkeypatch):
+    "`--phases 4t` hands every type whose record is not current to one batch of shared launches, and only those."
+    asked = []
+
+    def fake_records(models):
+        asked.append(list(models))
+        for m in models:
+            yield m, runner.phase_record(m, "backend_parallel", "PASS", configs=[], wall_s=1.0)
+
+    monkeypatch.setattr(runner, "backend_parallel_records", fake_records)
+    monkeypatch.setattr(runner, "write_docs", lambda out_dir: None)  # the doc is tested on its own
+    out_scope = "switch_transformers"  # an encoder-decoder MoE: its named status, no launch
+    assert runner.out_of_scope(out_scope)
+    models = ["qwen3_moe", "mixtral", out_scope]
+    runner.run_all(models=models, phases=["4t"], progress=False)
+    assert asked == [["qwen3_moe", "mixtral"]]
+    for m in models:
+        rec = _record(reports_tmp, m, "backend_parallel")
+        assert rec["inputs"] == runner.phase_inputs(m, runner.PARTS["backend_parallel"])  # kept next time
+    assert _record(reports_tmp, out_scope, "backend_parallel")["status"] == "UNSUPPORTED"
+    runner.run_all(models=models, phases=["4t"], progress=False)
+    assert asked == [["qwen3_moe", "mixtral"], []]  # every record current: nothing launched

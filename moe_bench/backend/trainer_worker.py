@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import glob
 import json
 import os
@@ -13,6 +14,7 @@ import re
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -31,7 +33,8 @@ from ..parallel_worker import ATOL, RTOL, RTOL_LOSS, SELF_MULTIPLE
 __all__ = ['WORLD', 'SEQ_LEN', 'WORKFLOW_ARGS', 'STEPS', 'AC', 'HF_INIT', 'CONTROLS', 'settings', 'command_args', 'tp_degree',
            'configurations', 'clean', 'whole', 'Capture', 'capture_hooks', 'hf_model', 'token_loss', 'hf_parity',
            'reference_model', 'load_reference', 'OneProcess', 'reference_step', 'in_hf_keys', 'gradient_rows',
-           'error_text', 'last_frame', 'train', 'global_batch', 'judge', 'run_configuration', 'main']
+           'error_text', 'last_frame', 'train', 'global_batch', 'judge', 'fresh_state_restorer', 'run_configuration',
+           'main']
 
 # %% ../../nbs/backend/09_trainer_worker.ipynb #aad2657d
 WORLD = 4
@@ -547,6 +550,24 @@ def judge(trainer, cap: Capture, ref: nn.Module) -> dict:
         out["status"] = "PASS" if ok and not out["loaded_differs"] else "FAIL"
     return out
 
+# %% ../../nbs/backend/09_trainer_worker.ipynb #b2d3f4a5
+def fresh_state_restorer() -> Callable[[], None]:
+    "A function that puts back, as they are now, the backend's flavor configs and its config's alias maps (each class's that owns one)."
+    import torchtitan.experiments.transformers_modeling_backend as backend
+    from torchtitan.experiments.transformers_modeling_backend.model import HFTransformerModel
+
+    flavors = {name: copy.deepcopy(cfg) for name, cfg in backend.flavors.items()}
+    owners = [c for c in HFTransformerModel.Config.__mro__ if "attribute_map" in vars(c)]
+    maps = [(c.attribute_map, dict(c.attribute_map)) for c in owners]
+
+    def restore() -> None:
+        backend.flavors.update({name: copy.deepcopy(cfg) for name, cfg in flavors.items()})
+        for live, was in maps:
+            live.clear()
+            live.update(was)
+
+    return restore
+
 # %% ../../nbs/backend/09_trainer_worker.ipynb #e32c8f7b
 def run_configuration(base: list[str], conf: dict, control: str | None = None) -> dict:
     "One configuration's record (every rank computes its part; rank 0's is the record)."
@@ -586,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load_backend(Path(args.backend_copy) if args.backend_copy else None)
     adaptations = trainer_cpu.install()
+    fresh = fresh_state_restorer()  # each configuration starts from this process's state before any build
     from torchtitan.tools.logging import init_logger
 
     init_logger()
@@ -594,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with escalated(args.escalate):
         for conf in json.loads(Path(args.configs).read_text()):
+            fresh()
             record = run_configuration(conf.get("titan") or base, conf, conf.get("control") or args.control)
             record |= dict(escalated=[e["name"] for e in ESCALATED] if args.escalate else [])
             rank = int(os.environ.get("RANK", "0"))

@@ -587,7 +587,7 @@ def run_configuration(base: list[str], conf: dict, control: str | None = None) -
     mine = {k: conf[k] for k in ("model", "name", "args") if k in conf}  # a launch shared by types: whose it is
     return mine | dict(wall_s=round(time.perf_counter() - start, 1)) | res
 
-
+# %% ../../nbs/backend/09_trainer_worker.ipynb #d4e5f6a7
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m moe_bench.backend.trainer_worker")
     parser.add_argument("--backend-copy", default="", help="a patched copy's folder (empty: the installed backend)")

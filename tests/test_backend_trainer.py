@@ -191,3 +191,35 @@ def test_a_shared_launch_as_each_type_holds_it():
     a = types_share(launch, "a", ["a", "b"])
     assert [c["name"] for c in a["configs"]] == ["FSDP"] and "model" not in a["configs"][0]
     assert a["wall_s"] == 4.0 + 20.0 / 2 and a["launch_wall_s"] == 30.0 and a["shared_with"] == ["a", "b"]
+
+
+ABORT = ROOT_CAUSE.replace("rank      : 1", "rank      : 0").replace("-11", "-6").replace("SIGSEGV", "SIGABRT")
+OWN = "AttributeError: 'NoneType' object has no attribute 'modules'"  # dots3_note's PP on rank 2, in a shared launch
+
+
+def test_a_rank_0_abort_runs_its_configuration_once_more_then_reads_it_from_the_other_ranks(tmp_path, monkeypatch):
+    "Rank 0 aborted inside a configuration (no record of it): once more at the head of a fresh launch (gloo's aborts"
+    " can be flakes), then its record from the rank that raised its own error; the configurations after it run."
+    launched = []
+
+    def fake(args, timeout_s, nproc=4, progress=None):
+        confs = json.loads(Path(args[args.index("--configs") + 1]).read_text())
+        launched.append([f"{c['model']} {c['name']}" for c in confs])
+        lines = [dict(model=c["model"], name=c["name"], status="PASS") for c in confs if c["name"] != "PP"]
+        aborts = confs[0]["name"] == "PP" or len(confs) > 2
+        lines = lines[:1] if aborts and len(confs) > 2 else [] if aborts else lines
+        progress.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        if aborts:
+            own = dict(model="a", name="PP", stage="build", error=OWN, raised_at="hf_sharding.py:364 in f")
+            Path(f"{progress}.rank2").write_text(json.dumps(own) + "\n")
+        return dict(exit_code=int(aborts), wall_s=5.0, timed_out=False, command="torchrun",
+                    output_tail=f"...\n{ABORT}\n" if aborts else "done")  # fmt: skip
+
+    monkeypatch.setattr(trainer_phase, "run_launch", fake)
+    confs = [dict(model="a", name="FSDP", args=[], titan=[]), dict(model="a", name="PP", args=[], titan=[])]
+    run = launch_configs(confs + [dict(model="b", name="FSDP", args=[], titan=[])], patched=False)
+    assert launched == [["a FSDP", "a PP", "b FSDP"], ["a PP", "b FSDP"], ["b FSDP"]]
+    got = {f"{c['model']} {c['name']}": c for c in run["configs"]}
+    assert got["a PP"]["status"] == "FAIL" and got["a PP"]["error"] == f"rank 2: {OWN}", got["a PP"]
+    assert got["a FSDP"]["status"] == got["b FSDP"]["status"] == "PASS"
+    assert run["relaunched_after_abort"]["relaunched_after_crash"]["configs"] == ["b FSDP"]

@@ -483,10 +483,10 @@ def with_rank_errors(conf: dict, tmp: Path) -> dict:
         return conf
     conf["rank_errors"] = {r: rec["error"] for r, rec in sorted(errors.items())}
     own = [(r, rec) for r, rec in sorted(errors.items()) if not PEER_DIED.search(rec["error"])]
-    if own and PEER_DIED.search(conf.get("error", "")):
+    if own and (conf.get("status") == "ERROR" or PEER_DIED.search(conf.get("error", ""))):  # ERROR: rank 0 wrote none
         r, rec = own[0]
-        conf |= dict(rank0_error=conf["error"], error=f"rank {r}: {rec['error']}", raised_at=rec["raised_at"],
-                     stage=rec["stage"])  # fmt: skip
+        conf |= dict(status="FAIL", rank0_error=conf["error"], error=f"rank {r}: {rec['error']}",
+                     raised_at=rec["raised_at"], stage=rec["stage"])  # fmt: skip
     return conf
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #64b3592e
@@ -508,10 +508,9 @@ def _no_record(c: dict, how: str) -> dict:
     return {k: c[k] for k in ("model", "name", "args") if k in c} | dict(status="ERROR", error=how, root_cause=None)
 
 
-def _launch_once(
-    confs: list[dict], patched: bool, control: str | None, bound: int, patches: tuple
-) -> tuple[dict, list]:
-    "One torchrun of `confs` (each with its `titan` arguments): how it ended, and rank 0's records with every rank's error."
+def _launch_once(confs: list[dict], patched: bool, control: str | None, bound: int, patches: tuple) -> tuple:
+    "One torchrun of `confs` (each with its `titan` arguments): how it ended, rank 0's records with every rank's"
+    " error, and, for each configuration rank 0 left without one, what the other ranks' own errors say of it."
     with tempfile.TemporaryDirectory() as tmp:
         copy = str(patched_copy(Path(tmp) / "copy", patches)) if patched else ""
         (Path(tmp) / "configs.json").write_text(json.dumps(confs))
@@ -521,54 +520,64 @@ def _launch_once(
         args += ["--control", control] if control else []
         args += ["--", *confs[0]["titan"]]  # the command as a reader sees it: the first one's; each runs with its own
         launch = run_launch(args, bound, progress=out)
-        if launch["exit_code"] and not launch["timed_out"] and ABORTED.search(launch["output_tail"]):
-            # gloo aborts a whole process when a connection fails in its listener thread (pytorch/gloo#514): once more
-            first = launch["output_tail"][-1200:]
-            for path in [out, *Path(tmp).glob("out.jsonl.rank*")]:
-                path.unlink(missing_ok=True)
-            launch = run_launch(args, bound, progress=out) | dict(relaunched_after_abort=first)
         done = [with_rank_errors(json.loads(x), tmp) for x in out.read_text().splitlines()] if out.exists() else []
-    return launch, done
+        keys = {_key(c) for c in done}
+        stubs = [with_rank_errors(_no_record(c, "rank 0 wrote no record"), tmp) for c in confs if _key(c) not in keys]
+    return launch, done, {_key(c): c for c in stubs if c["status"] == "FAIL"}
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #5b1e0c7a
-def launch_configs(
-    confs: list[dict],
-    patched: bool,
-    control: str | None = None,
-    timeout_s: int | None = None,
-    patches: tuple = ALL_PATCHES,
-) -> dict:
-    "One launch of `confs` (each with its `titan` arguments): as shipped, or with `patches` (every one by default) on a copy; its records and how it ended."
+def _ended_in(launch: dict, done: list, rest: list, retried: frozenset) -> tuple[bool, bool]:
+    "Whether the launch ended inside `rest[0]` (rank 0 left it without a record), and whether it is to run once more"
+    " (a rank aborted: gloo aborts a whole process when a connection fails in its listener thread, pytorch/gloo#514)."
+    killed = killed_rank(launch["output_tail"])
+    recorded = bool(killed and done and done[-1].get("error") == killed)  # rank 0 saw the peer die, and said so
+    inside = bool(rest) and (launch["timed_out"] or launch["exit_code"] != 0) and not recorded
+    again = inside and not launch["timed_out"] and bool(ABORTED.search(launch["output_tail"]))
+    return inside, again and _key(rest[0]) not in retried
+
+
+def launch_configs(confs: list[dict], patched: bool, control: str | None = None, timeout_s: int | None = None,
+                   patches: tuple = ALL_PATCHES, retried: frozenset = frozenset(), barren: int = 0) -> dict:  # fmt: skip
+    "One launch of `confs` (each with its `titan` arguments): as shipped, or with `patches` (every one by default) on a"
+    " copy; its records and how it ended. A launch that ends inside a configuration: that one's record (a rank's own"
+    " error, else how it ended), the rest in a fresh launch; never a third launch in a row without a record."
     bound = timeout_s or LAUNCH_START_S + LAUNCH_PER_CONFIG_S * len(confs)
-    launch, done = _launch_once(confs, patched, control, bound, patches)
+    launch, done, by_ranks = _launch_once(confs, patched, control, bound, patches)
     killed = killed_rank(launch["output_tail"])
     for c in done:
         if killed and PEER_DIED.search(c.get("error", "")):  # rank 0 saw a peer die of a signal: no rank file
             c |= dict(rank0_error=c["error"], error=killed)
-        c["root_cause"] = diagnose(c, tuple(p.path.stem for p in patches) if patched else ())
     how = (
         f"the launch stalled (no record for {LAUNCH_PER_CONFIG_S} s) and was stopped"
         if launch.get("stalled")
         else f"the launch timed out after {bound} s"
         if launch["timed_out"]
-        else f"the launch ended (exit {launch['exit_code']})"
-        + (" with a rank aborted" if ABORTED.search(launch["output_tail"]) else "")
+        else f"the launch ended (exit {launch['exit_code']})" + (f", {killed}" if killed else "")
     )
     names = {_key(c) for c in done}
     rest = [c for c in confs if _key(c) not in names]
-    hung = [_no_record(c, f"no record: {how} while it ran") for c in rest[:1] if launch["timed_out"]]
-    again = rest[len(hung) :]
+    inside, once_more = _ended_in(launch, done, rest, retried)
+    ended = (
+        []
+        if once_more or not inside
+        else [by_ranks.get(_key(rest[0])) or _no_record(rest[0], f"no record: {how} while it ran")]
+    )
+    stems = tuple(p.path.stem for p in patches) if patched else ()
+    for c in done + ended:
+        c["root_cause"] = diagnose(c, stems)
+    again, barren = rest[len(ended) :], 0 if done else barren + 1
     applied = dict(patches=[p.name for p in patches] if patched else [])
-    if again and ((killed and done) or hung):  # a crash or a stall stops the launch: the rest in a fresh one
-        more = launch_configs(again, patched, control, timeout_s, patches)
-        why = "relaunched_after_stall" if hung else "relaunched_after_crash"
-        crash = {k: more[k] for k in ("exit_code", "wall_s", "timed_out")} | dict(
-            configs=[" ".join(filter(None, _key(c))) for c in again], output_tail=more["output_tail"][-1200:]
-        )
+    if again and (inside or killed) and barren < 2:  # a crash, an abort or a stall stopped it: the rest in a fresh one
+        retried = retried | {_key(again[0])} if once_more else retried
+        more = launch_configs(again, patched, control, timeout_s, patches, retried, barren)
+        why = "stall" if launch.get("stalled") else "abort" if once_more else "crash"
+        crash = {k: v for k, v in more.items() if k in ("exit_code", "wall_s", "timed_out") or "relaunched" in k}
+        crash |= dict(configs=[" ".join(filter(None, _key(c))) for c in again], output_tail=more["output_tail"][-1200:])
         wall = round(launch["wall_s"] + more["wall_s"], 1)
-        return dict(launch, configs=done + hung + more["configs"], wall_s=wall, **{why: crash}) | applied
-    lost = [_no_record(c, f"no record: {how} before it") for c in rest]
-    return dict(launch, configs=done + lost) | applied
+        out = dict(launch, configs=done + ended + more["configs"], wall_s=wall)
+        return out | {f"relaunched_after_{why}": crash} | applied
+    lost = [_no_record(c, f"no record: {how} before it") for c in again]
+    return dict(launch, configs=done + ended + lost) | applied
 
 
 def launch_type(folder: str, confs: list[dict], patched: bool, control: str | None = None,

@@ -579,7 +579,7 @@ def launch_configs(confs: list[dict], patched: bool, control: str | None = None,
     lost = [_no_record(c, f"no record: {how} before it") for c in again]
     return dict(launch, configs=done + ended + lost) | applied
 
-
+# %% ../../nbs/backend/10_trainer_phase.ipynb #e5f6a7b8
 def launch_type(folder: str, confs: list[dict], patched: bool, control: str | None = None,
                 timeout_s: int | None = None, patches: tuple = ALL_PATCHES) -> dict:  # fmt: skip
     "One launch of one type's `confs` on `folder`, as `launch_configs`."

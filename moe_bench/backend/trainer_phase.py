@@ -701,7 +701,7 @@ def trainer_patch_controls(model: str, patches: tuple = TRAINER_PATCHES) -> dict
                         with_all={k: v["status"] for k, v in full.items()}, controls=out)  # fmt: skip
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #1bd91a93
-TYPES_PER_LAUNCH = 12  # a crash relaunches only what it stopped, a stall costs one configuration's bound
+TYPES_PER_LAUNCH = 1  # shared launches changed verdicts (above): each type in launches of its own until that is fixed
 
 
 def types_share(launch: dict, model: str, types: list[str]) -> dict:

@@ -104,7 +104,7 @@ class PhasePart:
     notebook: str  # in nbs/
     module: str  # the moe_bench module that computes it (with what it imports: its record's inputs)
     in_process: Callable[[str], dict] | None  # model -> record; None: the batch runs it otherwise (phase 4: torchrun,
-    # the backend: one fresh process for its patched copy; 4t: launches that types share)
+    # the backend: one fresh process for its patched copy; 4t: `backend_parallel_records`' launches)
     figures_need: str = ""  # the record key the figures read (an ERROR record lacks it: no figures then)
     figures: Callable[[dict], str] = lambda rec: ""
     params: Callable[[], dict] | None = None  # what its records are computed from beside the model and the code
@@ -181,7 +181,7 @@ PHASES |= {
             name="backend_parallel",
             module="backend.trainer_phase",
             notebook="backend/10_trainer_phase.ipynb",
-            in_process=None,  # the batch: types share launches
+            in_process=None,  # the batch's launches (`TYPES_PER_LAUNCH` types each; one while sharing changes verdicts)
             figures_need="configs",
             figures=lambda rec: "  ".join(f"{c['name']}: {c['patched']['status']}" for c in rec["configs"]),
             params=trainer_inputs,
@@ -515,7 +515,7 @@ def _parallelism(models: list[str], out_dir: str, progress: bool, force: bool = 
 
 
 def _backend_parallel(models: list[str], out_dir: str, force: bool = False) -> dict[str, dict]:
-    "Trainer phase records of `models`, each kept where current, the rest saved as their shared launches end; an"
+    "Trainer phase records of `models`, each kept where current, the rest saved as their launches end; an"
     " out-of-scope model is UNSUPPORTED without a launch."
     inputs, kept = _current(PARTS["backend_parallel"], models, out_dir, force)
     done = {m: phase_record(m, "backend_parallel", "UNSUPPORTED", reason=r) for m in models if (r := out_of_scope(m))}

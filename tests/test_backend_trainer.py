@@ -160,27 +160,61 @@ def test_a_crash_before_any_record_is_not_relaunched(tmp_path, monkeypatch):
     assert run["configs"][0]["status"] == "ERROR" and "the launch ended (exit 1)" in run["configs"][0]["error"]
 
 
-def test_a_stalled_configuration_is_its_own_record_and_the_rest_run_again(tmp_path, monkeypatch):
-    "A launch stopped on a stall: the one it was running says so, the ones after it go to a fresh launch."
+def test_a_stalled_configuration_runs_once_more_then_is_its_own_record_and_the_rest_run_again(tmp_path, monkeypatch):
+    "A launch stopped on a stall: the configuration it was running once more at the head of a fresh launch (a wait on a"
+    " peer an earlier one left behind stalls only there); stalled again, it says so, and the ones after it run."
     launched = []
 
     def fake(args, timeout_s, nproc=4, progress=None):
         confs = json.loads(Path(args[args.index("--configs") + 1]).read_text())
-        first = not launched
-        lines = [dict(model=c["model"], name=c["name"], status="PASS") for c in confs[: 1 if first else None]]
+        keys = [(c["model"], c["name"]) for c in confs]
+        stalls = ("a", "TP") in keys  # a's TP stalls wherever it runs
+        upto = keys.index(("a", "TP")) if stalls else None
+        lines = [dict(model=m, name=n, status="PASS") for m, n in keys[:upto]]
         progress.write_text("".join(json.dumps(line) + "\n" for line in lines))
-        launched.append([(c["model"], c["name"]) for c in confs])
-        return dict(exit_code=124 if first else 0, wall_s=12.0, timed_out=first, stalled=first, command="torchrun",
+        launched.append(keys)
+        return dict(exit_code=124 if stalls else 0, wall_s=12.0, timed_out=stalls, stalled=stalls, command="torchrun",
                     output_tail="")  # fmt: skip
 
     monkeypatch.setattr(trainer_phase, "run_launch", fake)
     confs = [dict(model=m, name=n, args=[], titan=["--hf_model", m]) for m in ("a", "b") for n in ("FSDP", "TP")]
     run = launch_configs(confs, patched=False)
-    assert launched[1] == [("b", "FSDP"), ("b", "TP")]  # a's TP was running when the launch stalled
+    assert launched[1:] == [[("a", "TP"), ("b", "FSDP"), ("b", "TP")], [("b", "FSDP"), ("b", "TP")]]
     got = {(c["model"], c["name"]): c for c in run["configs"]}
     assert got[("a", "TP")]["status"] == "ERROR" and "stalled" in got[("a", "TP")]["error"]
     assert got[("a", "FSDP")]["status"] == got[("b", "FSDP")]["status"] == got[("b", "TP")]["status"] == "PASS"
-    assert run["relaunched_after_stall"]["configs"] == ["b FSDP", "b TP"] and run["wall_s"] == 24.0
+    assert run["relaunched_after_stall"]["relaunched_after_stall"]["configs"] == ["b FSDP", "b TP"]
+    assert run["wall_s"] == 36.0
+
+
+def test_a_configuration_whose_ranks_failed_unevenly_ends_the_launch_and_the_rest_run_in_a_fresh_one(
+    tmp_path, monkeypatch
+):
+    "The worker ended the launch after a's FSDP+TP+EP (its ranks raised different errors): that record says why, and"
+    " b's configurations run in processes whose gloo pairs hold nothing of it."
+    launched = []
+    why = "its ranks ended it differently: rank 0: ok; rank 1: build: ValueError: x at f.py:1 in g"
+
+    def fake(args, timeout_s, nproc=4, progress=None):
+        confs = json.loads(Path(args[args.index("--configs") + 1]).read_text())
+        keys = [(c["model"], c["name"]) for c in confs]
+        upto = keys.index(("a", "FSDP+TP+EP")) + 1 if ("a", "FSDP+TP+EP") in keys else None
+        lines = [dict(model=m, name=n, status="PASS") for m, n in keys[:upto]]
+        progress.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        if upto is not None:
+            Path(f"{progress}.ended").write_text(json.dumps(dict(model="a", name="FSDP+TP+EP", why=why)))
+        launched.append(keys)
+        return dict(exit_code=0, wall_s=10.0, timed_out=False, command="torchrun", output_tail="done")
+
+    monkeypatch.setattr(trainer_phase, "run_launch", fake)
+    confs = [dict(model=m, name=n, args=[], titan=[]) for m, names in (("a", ("FSDP+TP+EP",)), ("b", ("FSDP", "TP")))
+             for n in names]  # fmt: skip
+    run = launch_configs(confs, patched=False)
+    assert launched == [[("a", "FSDP+TP+EP"), ("b", "FSDP"), ("b", "TP")], [("b", "FSDP"), ("b", "TP")]]
+    got = {(c["model"], c["name"]): c for c in run["configs"]}
+    assert got[("a", "FSDP+TP+EP")]["ranks_uneven"] == why and "ranks_uneven" not in got[("b", "FSDP")]
+    assert all(c["status"] == "PASS" for c in got.values()) and len(got) == 3
+    assert run["relaunched_after_uneven"]["configs"] == ["b FSDP", "b TP"] and run["wall_s"] == 20.0
 
 
 def test_a_shared_launch_as_each_type_holds_it():

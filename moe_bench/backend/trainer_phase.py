@@ -123,12 +123,7 @@ def run_launch(args: list[str], timeout_s: int, nproc: int = WORLD, progress: Pa
     cmd += ["-m", "moe_bench.backend.trainer_worker", *args]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     start = time.perf_counter()
-    moved, size, stalled, killed = (
-        LAUNCH_START_S,
-        -1,
-        False,
-        False,
-    )  # moved: the last record's time (the start's allowance)
+    moved, size, stalled, killed = LAUNCH_START_S, -1, False, False  # moved: the last record's time (start: allowance)
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
         while proc.poll() is None:
@@ -521,18 +516,21 @@ def _launch_once(confs: list[dict], patched: bool, control: str | None, bound: i
         args += ["--", *confs[0]["titan"]]  # the command as a reader sees it: the first one's; each runs with its own
         launch = run_launch(args, bound, progress=out)
         done = [with_rank_errors(json.loads(x), tmp) for x in out.read_text().splitlines()] if out.exists() else []
+        ended = out.with_name("out.jsonl.ended")
+        launch["ended_uneven"] = json.loads(ended.read_text()) if ended.exists() else None
         keys = {_key(c) for c in done}
         stubs = [with_rank_errors(_no_record(c, "rank 0 wrote no record"), tmp) for c in confs if _key(c) not in keys]
     return launch, done, {_key(c): c for c in stubs if c["status"] == "FAIL"}
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #5b1e0c7a
-def _ended_in(launch: dict, done: list, rest: list, retried: frozenset) -> tuple[bool, bool]:
+def _ended_in(launch: dict, done: list, rest: list, retried: frozenset, killed: str | None) -> tuple[bool, bool]:
     "Whether the launch ended inside `rest[0]` (rank 0 left it without a record), and whether it is to run once more"
-    " (a rank aborted: gloo aborts a whole process when a connection fails in its listener thread, pytorch/gloo#514)."
-    killed = killed_rank(launch["output_tail"])
+    " (a rank aborted: gloo aborts a whole process when a connection fails in its listener thread, pytorch/gloo#514;"
+    " or it stalled: a wait on a peer the last configuration left behind)."
     recorded = bool(killed and done and done[-1].get("error") == killed)  # rank 0 saw the peer die, and said so
     inside = bool(rest) and (launch["timed_out"] or launch["exit_code"] != 0) and not recorded
-    again = inside and not launch["timed_out"] and bool(ABORTED.search(launch["output_tail"]))
+    aborted = not launch["timed_out"] and bool(ABORTED.search(launch["output_tail"]))
+    again = inside and (aborted or bool(launch.get("stalled")))
     return inside, again and _key(rest[0]) not in retried
 
 
@@ -544,7 +542,10 @@ def launch_configs(confs: list[dict], patched: bool, control: str | None = None,
     bound = timeout_s or LAUNCH_START_S + LAUNCH_PER_CONFIG_S * len(confs)
     launch, done, by_ranks = _launch_once(confs, patched, control, bound, patches)
     killed = killed_rank(launch["output_tail"])
+    uneven = launch.pop("ended_uneven", None)
     for c in done:
+        if uneven and _key(c) == (uneven["model"], uneven["name"]):  # the worker ended the launch after it
+            c["ranks_uneven"] = uneven["why"]
         if killed and PEER_DIED.search(c.get("error", "")):  # rank 0 saw a peer die of a signal: no rank file
             c |= dict(rank0_error=c["error"], error=killed)
     how = (
@@ -556,7 +557,7 @@ def launch_configs(confs: list[dict], patched: bool, control: str | None = None,
     )
     names = {_key(c) for c in done}
     rest = [c for c in confs if _key(c) not in names]
-    inside, once_more = _ended_in(launch, done, rest, retried)
+    inside, once_more = _ended_in(launch, done, rest, retried, killed)
     ended = (
         []
         if once_more or not inside
@@ -567,10 +568,10 @@ def launch_configs(confs: list[dict], patched: bool, control: str | None = None,
         c["root_cause"] = diagnose(c, stems)
     again, barren = rest[len(ended) :], 0 if done else barren + 1
     applied = dict(patches=[p.name for p in patches] if patched else [])
-    if again and (inside or killed) and barren < 2:  # a crash, an abort or a stall stopped it: the rest in a fresh one
+    if again and (inside or killed or uneven) and barren < 2:  # a crash, an abort, a stall, uneven ranks: a fresh one
         retried = retried | {_key(again[0])} if once_more else retried
         more = launch_configs(again, patched, control, timeout_s, patches, retried, barren)
-        why = "stall" if launch.get("stalled") else "abort" if once_more else "crash"
+        why = "stall" if launch.get("stalled") else "abort" if once_more else "crash" if inside or killed else "uneven"
         crash = {k: v for k, v in more.items() if k in ("exit_code", "wall_s", "timed_out") or "relaunched" in k}
         crash |= dict(configs=[" ".join(filter(None, _key(c))) for c in again], output_tail=more["output_tail"][-1200:])
         wall = round(launch["wall_s"] + more["wall_s"], 1)
@@ -701,7 +702,7 @@ def trainer_patch_controls(model: str, patches: tuple = TRAINER_PATCHES) -> dict
                         with_all={k: v["status"] for k, v in full.items()}, controls=out)  # fmt: skip
 
 # %% ../../nbs/backend/10_trainer_phase.ipynb #1bd91a93
-TYPES_PER_LAUNCH = 1  # shared launches changed verdicts (above): each type in launches of its own until that is fixed
+TYPES_PER_LAUNCH = 12  # a launch ends where a configuration's ranks fail unevenly (above), so sharing keeps verdicts
 
 
 def types_share(launch: dict, model: str, types: list[str]) -> dict:

@@ -15,6 +15,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -30,11 +31,11 @@ from ..compare import HF_RELATIVE, in_hf_units, rel_l2, upcast_in_place
 from ..parallel_worker import ATOL, RTOL, RTOL_LOSS, SELF_MULTIPLE
 
 # %% auto #0
-__all__ = ['WORLD', 'SEQ_LEN', 'WORKFLOW_ARGS', 'STEPS', 'AC', 'HF_INIT', 'CONTROLS', 'settings', 'command_args', 'tp_degree',
-           'configurations', 'clean', 'whole', 'Capture', 'capture_hooks', 'hf_model', 'token_loss', 'hf_parity',
-           'reference_model', 'load_reference', 'OneProcess', 'reference_step', 'in_hf_keys', 'gradient_rows',
-           'error_text', 'last_frame', 'train', 'global_batch', 'judge', 'fresh_state_restorer', 'run_configuration',
-           'main']
+__all__ = ['WORLD', 'SEQ_LEN', 'WORKFLOW_ARGS', 'STEPS', 'AC', 'HF_INIT', 'CONTROLS', 'AGREE_TIMEOUT_S', 'settings',
+           'command_args', 'tp_degree', 'configurations', 'clean', 'whole', 'Capture', 'capture_hooks', 'hf_model',
+           'token_loss', 'hf_parity', 'reference_model', 'load_reference', 'OneProcess', 'reference_step', 'in_hf_keys',
+           'gradient_rows', 'error_text', 'last_frame', 'train', 'global_batch', 'judge', 'fresh_state_restorer',
+           'outcome', 'uneven', 'run_configuration', 'main']
 
 # %% ../../nbs/backend/09_trainer_worker.ipynb #aad2657d
 WORLD = 4
@@ -568,6 +569,35 @@ def fresh_state_restorer() -> Callable[[], None]:
 
     return restore
 
+# %% ../../nbs/backend/09_trainer_worker.ipynb #7fd65590
+AGREE_TIMEOUT_S = 600  # past the launch's stall bound: a rank that never posts is torchrun's to stop first
+
+
+def outcome(record: dict) -> str:
+    "A rank's outcome of a configuration as the ranks compare them: `ok`, or where and what it raised (addresses dropped)."
+    if "error" not in record:
+        return "ok"
+    return re.sub(r"0x[0-9a-f]+", "0x", f"{record.get('stage')}: {record['error']} at {record.get('raised_at')}")
+
+
+def uneven(i: int, mine: str, store=None, rank: int | None = None, world: int | None = None) -> str | None:
+    "Every rank's outcome of configuration `i` through torchrun's store; why they differ, or None where they agree"
+    " (no process group yet: nothing was exchanged, nothing to disagree on)."
+    if store is None:
+        if not dist.is_initialized():
+            return None
+        store, rank, world = dist.distributed_c10d._get_default_store(), dist.get_rank(), dist.get_world_size()
+    keys = [f"moe_bench/outcome/{i}/{r}" for r in range(world)]
+    store.set(keys[rank], mine)
+    try:
+        store.wait(keys, timedelta(seconds=AGREE_TIMEOUT_S))
+    except Exception as e:
+        return f"not every rank posted its outcome: {error_text(e)}"
+    every = [store.get(k).decode() for k in keys]
+    if len(set(every)) == 1:
+        return None
+    return "its ranks ended it differently: " + "; ".join(f"rank {r}: {o[:200]}" for r, o in enumerate(every))
+
 # %% ../../nbs/backend/09_trainer_worker.ipynb #e32c8f7b
 def run_configuration(base: list[str], conf: dict, control: str | None = None) -> dict:
     "One configuration's record (every rank computes its part; rank 0's is the record)."
@@ -615,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     from moe_bench.backend.forward import ESCALATED, escalated
 
     with escalated(args.escalate):
-        for conf in json.loads(Path(args.configs).read_text()):
+        for i, conf in enumerate(json.loads(Path(args.configs).read_text())):
             fresh()
             record = run_configuration(conf.get("titan") or base, conf, conf.get("control") or args.control)
             record |= dict(escalated=[e["name"] for e in ESCALATED] if args.escalate else [])
@@ -631,6 +661,13 @@ def main(argv: list[str] | None = None) -> int:
                         )
                         + "\n"
                     )
+            why = uneven(i, outcome(record))
+            if why is not None:  # the next configuration would meet what this one left in the gloo pairs
+                if rank == 0:
+                    Path(f"{args.out}.ended").write_text(
+                        json.dumps(dict(model=conf.get("model"), name=conf["name"], why=why))
+                    )
+                break
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0
